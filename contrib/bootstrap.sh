@@ -1,0 +1,164 @@
+#!/bin/bash
+# contrib/bootstrap.sh [ACTION] - set up, build and test xqp on Debian 12.
+#
+# Installs every build and test dependency from Debian packages, fetches the
+# source of the installed UCX release (UCX installs no internal headers, and
+# xqp builds against them), configures and builds. Idempotent: a repeat run
+# only rebuilds what changed.
+#
+# ACTION (default: build)
+#   build   dependencies + configure + make
+#   demo    build, then show 'ucx_info -d' listing transport xqp: on this
+#           machine's RDMA device, or inside the Soft-RoCE testbed VM
+#   check   build, then the whole test suite: unit tests on the host
+#           ('make check'), the integration suite in one testbed boot
+#           ('make check-testbed'), and 'make distcheck'
+#
+# Environment:
+#   XQP_BUILD_DIR   build directory (default: <source>/build)
+#   XQP_DEPS_DIR    where the UCX source goes (default: <source>/.deps)
+#   XQP_NO_APT=1    do not install packages
+#   XQP_CONFIGURE_FLAGS  extra flags for configure
+set -euo pipefail
+
+SRC=$(cd -- "$(dirname -- "$(readlink -f -- "${BASH_SOURCE[0]}")")/.." && pwd)
+BUILD=${XQP_BUILD_DIR:-$SRC/build}
+DEPS=${XQP_DEPS_DIR:-$SRC/.deps}
+ACTION=${1:-build}
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+log() { printf '[bootstrap %4ss] %s\n' "$SECONDS" "$*" >&2; }
+die() { printf 'bootstrap: error: %s\n' "$*" >&2; exit 1; }
+
+case "$ACTION" in
+    build|demo|check) ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown action '$ACTION' (build, demo or check)" ;;
+esac
+
+PACKAGES=(
+    build-essential autoconf automake libtool pkg-config
+    libucx-dev ucx-utils libibverbs-dev librdmacm-dev ibverbs-providers
+    libhwloc-dev libgtest-dev
+    rdmacm-utils ibverbs-utils
+    dpkg-dev xz-utils
+)
+
+install_packages() {
+    [ "${XQP_NO_APT:-0}" = 1 ] && return 0
+    local missing=() p
+    for p in "${PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+    done
+    [ ${#missing[@]} = 0 ] && return 0
+    [ "$(id -u)" = 0 ] || die "missing packages (${missing[*]}); run as root or install them"
+    log "apt-get install ${missing[*]}"
+    apt-get -q -o DPkg::Lock::Timeout=600 update >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        -o DPkg::Lock::Timeout=600 "${missing[@]}" >/dev/null
+}
+
+# The source of exactly the installed UCX release, in $DEPS/ucx-<version>.
+fetch_ucx_source() {
+    local version dir
+    version=$(pkg-config --modversion ucx) || die "pkg-config does not know ucx (libucx-dev)"
+    dir=$DEPS/ucx-$version
+    if [ -f "$dir/src/uct/base/uct_iface.h" ]; then
+        UCX_SRC=$dir
+        return 0
+    fi
+    mkdir -p "$DEPS"
+    if ! apt-get source --print-uris -q ucx >/dev/null 2>&1; then
+        [ "$(id -u)" = 0 ] || die "no deb-src line for ucx; add one or run as root"
+        add_deb_src
+    fi
+    log "apt-get source ucx (UCX $version)"
+    local tmp
+    tmp=$(mktemp -d "$DEPS/src.XXXXXX")
+    (cd "$tmp" && apt-get source -q ucx >/dev/null 2>&1) || die "apt-get source ucx failed"
+    local got
+    got=$(find "$tmp" -maxdepth 1 -type d -name 'ucx-*' | head -n 1)
+    [ -n "$got" ] && [ -f "$got/src/uct/base/uct_iface.h" ] || die "apt-get source ucx gave no UCX tree"
+    local got_version
+    got_version=$(for v in major minor patch; do
+                      grep "^define(\[ucx_ver_$v\]" "$got/configure.ac" | head -n 1 |
+                          cut -d, -f2 | cut -d')' -f1 | tr -d ' '
+                  done | paste -sd.)
+    [ "$got_version" = "$version" ] ||
+        die "Debian's ucx source is $got_version but the installed UCX is $version (update libucx-dev)"
+    rm -rf "$dir"
+    mv "$got" "$dir"
+    rm -rf "$tmp"
+    UCX_SRC=$dir
+}
+
+# Debian 12 ships without deb-src entries; add them next to the deb ones.
+add_deb_src() {
+    local f=/etc/apt/sources.list.d/xqp-deb-src.sources
+    [ -f "$f" ] && { apt-get -q update >/dev/null; return 0; }
+    log "adding deb-src entries ($f)"
+    if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+        awk 'BEGIN { RS = ""; ORS = "\n\n" }
+             /(^|\n)Types:[^\n]*deb/ && !/deb-src/ { sub(/Types:[^\n]*/, "Types: deb-src"); print }' \
+            /etc/apt/sources.list.d/debian.sources > "$f"
+    else
+        grep -h '^deb ' /etc/apt/sources.list 2>/dev/null | sed 's/^deb /deb-src /' > "${f%.sources}.list"
+        rm -f "$f"
+    fi
+    apt-get -q update >/dev/null
+}
+
+build() {
+    install_packages
+    fetch_ucx_source
+    if [ ! -x "$SRC/configure" ] || [ "$SRC/configure.ac" -nt "$SRC/configure" ] ||
+       [ "$SRC/config/m4/xqp.m4" -nt "$SRC/configure" ] || [ "$SRC/Makefile.am" -nt "$SRC/Makefile.in" ]; then
+        log "autogen"
+        "$SRC/autogen.sh" >/dev/null 2>&1 || "$SRC/autogen.sh"
+    fi
+    mkdir -p "$BUILD"
+    local flags="--with-ucx-src=$UCX_SRC ${XQP_CONFIGURE_FLAGS:-}"
+    if [ ! -f "$BUILD/Makefile" ] || [ "$(cat "$BUILD/.bootstrap-flags" 2>/dev/null)" != "$flags" ]; then
+        log "configure $flags"
+        # shellcheck disable=SC2086
+        (cd "$BUILD" && "$SRC/configure" $flags > configure.out) ||
+            { tail -n 20 "$BUILD/configure.out" >&2; die "configure failed (see $BUILD/config.log)"; }
+        echo "$flags" > "$BUILD/.bootstrap-flags"
+    fi
+    log "make -j$JOBS"
+    make -C "$BUILD" -j"$JOBS" >/dev/null || make -C "$BUILD"
+}
+
+has_rdma_device() {
+    [ -n "$(ls /sys/class/infiniband 2>/dev/null)" ]
+}
+
+in_testbed() {
+    if has_rdma_device; then
+        "$@"
+    else
+        "$SRC/contrib/testbed/xqp-vm" "$@"
+    fi
+}
+
+build
+case "$ACTION" in
+    build) log "built in $BUILD" ;;
+    demo)
+        make -C "$BUILD" install DESTDIR="$BUILD/_stage" >/dev/null 2>&1
+        bindir=$(make -C "$BUILD" -s print-bindir)
+        cd "$BUILD"
+        in_testbed "$SRC/contrib/show-xqp.sh" "$BUILD/_stage$bindir/xqp-run"
+        ;;
+    check)
+        log "unit tests (make check)"
+        make -C "$BUILD" -j"$JOBS" check
+        log "integration tests (make check-testbed)"
+        make -C "$BUILD" check-testbed
+        log "make distcheck"
+        make -C "$BUILD" -j"$JOBS" distcheck >"$BUILD/distcheck.log" 2>&1 ||
+            { tail -n 60 "$BUILD/distcheck.log"; die "make distcheck failed"; }
+        tail -n 4 "$BUILD/distcheck.log"
+        log "all tests passed"
+        ;;
+esac

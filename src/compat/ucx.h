@@ -1,0 +1,97 @@
+/*
+ * xqp - the one place that includes UCX's internal headers and absorbs the
+ * differences between UCX releases.
+ *
+ * UCX installs no internal headers: configure points the include path at the
+ * matching UCX source tree and regenerates UCX's build configuration
+ * (ucx_build_config.h, from `ucx_info -b`), which must come first because
+ * struct layouts depend on it (ENABLE_STATS, ENABLE_DEBUG_DATA, ...).
+ *
+ * Every other file of the plugin includes this header instead of uct/base or
+ * ucs internals, and uses the XQP_UCX_* helpers below where releases differ.
+ */
+#ifndef XQP_COMPAT_UCX_H
+#define XQP_COMPAT_UCX_H
+
+#include "ucx_build_config.h"
+
+#include "compat/version.h"
+
+#include <optional>
+#include <type_traits>
+
+extern "C" {
+#include <uct/api/uct.h>
+#include <uct/api/version.h>
+#include <uct/base/uct_component.h>
+#include <uct/base/uct_iface.h>
+#include <uct/base/uct_md.h>
+#include <ucs/config/parser.h>
+#include <ucs/debug/log.h>
+#include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/compiler.h>
+#include <ucs/sys/string.h>
+#include <ucs/type/class.h>
+}
+
+#if !((UCT_VERNO_MAJOR == 1) && (UCT_VERNO_MINOR == 13))
+#  error "xqp supports UCX 1.13 so far: port the differences into src/compat/ucx.h"
+#endif
+
+namespace xqp::compat {
+
+/* The UCX release this plugin was compiled against. */
+constexpr Version built_version()
+{
+    return Version{UCT_VERNO_MAJOR, UCT_VERNO_MINOR, UCT_VERNO_PATCH};
+}
+
+/*
+ * The UCX release loaded in this process, from ucp_get_version(), the only
+ * public version query UCX has. libucp is usually loaded already (UCP
+ * applications, ucx_info, ucx_perftest); otherwise the libucp.so.0 next to
+ * the loaded libuct is opened to ask. Empty when neither works.
+ */
+std::optional<Version> running_version();
+
+/*
+ * Registers a component and its transports with UCX / removes them again.
+ * UCX 1.13's uct_component_unregister() leaves the component in
+ * uct_components_list, so removal is completed here.
+ */
+void register_component(uct_component_t *component, uct_tl_t *const *tls, size_t num_tls);
+void unregister_component(uct_component_t *component, uct_tl_t *const *tls, size_t num_tls);
+
+/* Arguments of uct_base_iface_t's constructor that exist only with ENABLE_STATS. */
+#define XQP_UCX_IFACE_STATS_ARGS(_params, _name) \
+    UCS_STATS_ARG(((_params)->field_mask & UCT_IFACE_PARAM_FIELD_STATS_ROOT) ? \
+                  (_params)->stats_root : NULL) \
+    UCS_STATS_ARG(_name)
+
+/*
+ * A type-correct "not supported" implementation for any UCX operation slot:
+ * ucs_status_t and ssize_t slots return UCS_ERR_UNSUPPORTED, pointer-status
+ * slots UCS_STATUS_PTR(UCS_ERR_UNSUPPORTED), void slots nothing. Keeps the
+ * ops tables free of NULL slots without casting between function types.
+ */
+template <typename F> struct Unsupported;
+template <typename R, typename... A> struct Unsupported<R (*)(A...)> {
+    static R fn(A...)
+    {
+        if constexpr (std::is_void_v<R>) {
+            return;
+        } else if constexpr (std::is_pointer_v<R>) {
+            return UCS_STATUS_PTR(UCS_ERR_UNSUPPORTED);
+        } else {
+            return static_cast<R>(UCS_ERR_UNSUPPORTED);
+        }
+    }
+};
+template <typename F> inline constexpr F unsupported = &Unsupported<F>::fn;
+
+/* The UCX 1.13 md query callback fills uct_md_attr_t (v2 came in 1.14). */
+using md_attr_t = uct_md_attr_t;
+
+} // namespace xqp::compat
+
+#endif

@@ -1,0 +1,72 @@
+#include "component/component.h"
+
+#include "iface/iface.h"
+#include "md/md.h"
+
+#include <cstdio>
+
+namespace xqp::component {
+
+using Component = uct_component_t;
+
+uct_component_t component = {
+    .name               = "xqp",
+    .query_md_resources = md::query_resources,
+    .md_open            = md::open,
+    .cm_open            = compat::unsupported<decltype(Component::cm_open)>,
+    /* remote keys arrive with the data path; until then the MD packs none */
+    .rkey_unpack        = compat::unsupported<decltype(Component::rkey_unpack)>,
+    .rkey_ptr           = compat::unsupported<decltype(Component::rkey_ptr)>,
+    .rkey_release       = compat::unsupported<decltype(Component::rkey_release)>,
+    .md_config          = {
+        .name   = "xqp memory domain",
+        .prefix = "XQP_",
+        .table  = md::config_table,
+        .size   = sizeof(md::Config),
+        .list   = {},
+    },
+    /* no client/server connection manager (UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY) */
+    .cm_config          = {
+        .name   = "",
+        .prefix = "",
+        .table  = nullptr,
+        .size   = 0,
+        .list   = {},
+    },
+    .tl_list            = {},
+    .list               = {},
+    .flags              = 0,
+    .md_vfs_init        = compat::unsupported<decltype(Component::md_vfs_init)>,
+};
+
+static uct_tl_t *const tls[] = {&iface::tl};
+static bool registered       = false;
+
+bool register_with_ucx() noexcept
+{
+    const auto running         = compat::running_version();
+    const std::string mismatch = running ?
+            compat::version_mismatch(compat::built_version(), *running) :
+            "xqp: cannot determine the running UCX version (no ucp_get_version); "
+            "transport xqp is disabled";
+    if (!mismatch.empty()) {
+        /* UCX's own logger is internal API of a release we were not built
+         * for: do not call it */
+        std::fprintf(stderr, "%s\n", mismatch.c_str());
+        return false;
+    }
+    ucs_list_head_init(&component.tl_list);
+    compat::register_component(&component, tls, sizeof(tls) / sizeof(tls[0]));
+    registered = true;
+    return true;
+}
+
+void unregister_from_ucx() noexcept
+{
+    if (registered) {
+        compat::unregister_component(&component, tls, sizeof(tls) / sizeof(tls[0]));
+        registered = false;
+    }
+}
+
+} // namespace xqp::component

@@ -1,0 +1,135 @@
+#include "md/md.h"
+
+#include "common/boundary.h"
+#include "verbs/discovery.h"
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+namespace xqp::md {
+
+ucs_config_field_t config_table[] = {
+    {"", "", NULL, ucs_offsetof(Config, super), UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
+    {}
+};
+
+static void md_close(uct_md_h md)
+{
+    delete MemoryDomain::from(md);
+}
+
+static ucs_status_t md_query(uct_md_h md, compat::md_attr_t *attr)
+{
+    return boundary("md_query", [&] {
+        MemoryDomain::from(md)->query(attr);
+        return UCS_OK;
+    });
+}
+
+/* Client/server sockaddr connections are not an xqp feature. */
+static int md_is_sockaddr_accessible(uct_md_h, const ucs_sock_addr_t *, uct_sockaddr_accessibility_t)
+{
+    return 0;
+}
+
+/*
+ * Memory registration, allocation and keys belong to the data path; until it
+ * exists the MD advertises none of them (md_query reports no REG/ALLOC flags),
+ * so UCP never selects these slots.
+ */
+static uct_md_ops_t md_ops = {
+    /* close                  */ md_close,
+    /* query                  */ md_query,
+    /* mem_alloc              */ compat::unsupported<uct_md_mem_alloc_func_t>,
+    /* mem_free               */ compat::unsupported<uct_md_mem_free_func_t>,
+    /* mem_advise             */ compat::unsupported<uct_md_mem_advise_func_t>,
+    /* mem_reg                */ compat::unsupported<uct_md_mem_reg_func_t>,
+    /* mem_dereg              */ compat::unsupported<uct_md_mem_dereg_func_t>,
+    /* mem_query              */ compat::unsupported<uct_md_mem_query_func_t>,
+    /* mkey_pack              */ compat::unsupported<uct_md_mkey_pack_func_t>,
+    /* is_sockaddr_accessible */ md_is_sockaddr_accessible,
+    /* detect_memory_type     */ compat::unsupported<uct_md_detect_memory_type_func_t>,
+};
+
+static verbs::Context open_device(const std::string &name)
+{
+    int num = 0;
+    verbs::DeviceList list(ibv_get_device_list(&num));
+    if (!list) {
+        throw Error(UCS_ERR_NO_DEVICE, "no RDMA device named '" + name + "': " +
+                                       errno_message("ibv_get_device_list", errno));
+    }
+    for (int i = 0; i < num; ++i) {
+        if (name == ibv_get_device_name(list.get()[i])) {
+            verbs::Context ctx(ibv_open_device(list.get()[i]));
+            if (!ctx) {
+                throw_errno("ibv_open_device(" + name + ")", errno);
+            }
+            return ctx;
+        }
+    }
+    throw Error(UCS_ERR_NO_DEVICE, "no RDMA device named '" + name + "'");
+}
+
+MemoryDomain::MemoryDomain(uct_component_t *component, const std::string &device_name,
+                           const Config &)
+    : handle_{}, device_name_(device_name), context_(open_device(device_name))
+{
+    handle_.super.ops       = &md_ops;
+    handle_.super.component = component;
+    handle_.owner           = this;
+}
+
+void MemoryDomain::query(compat::md_attr_t *attr) const
+{
+    std::memset(attr, 0, sizeof(*attr));
+    attr->cap.flags            = 0;
+    attr->cap.max_alloc        = 0;
+    attr->cap.max_reg          = 0;
+    attr->cap.reg_mem_types    = 0;
+    attr->cap.detect_mem_types = 0;
+    attr->cap.alloc_mem_types  = 0;
+    attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    attr->rkey_packed_size     = 0;
+    attr->reg_cost             = ucs_linear_func_make(0, 0);
+    /* every CPU until the topology unit narrows it down */
+    std::memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
+}
+
+ucs_status_t open(uct_component_t *component, const char *md_name,
+                  const uct_md_config_t *config, uct_md_h *md_p)
+{
+    return boundary("md_open", [&] {
+        auto md = std::make_unique<MemoryDomain>(
+                component, md_name, *reinterpret_cast<const Config *>(config));
+        ucs_debug("xqp: opened memory domain %s", md_name);
+        *md_p = md.release()->handle();
+        return UCS_OK;
+    });
+}
+
+ucs_status_t query_resources(uct_component_t *, uct_md_resource_desc_t **resources_p,
+                             unsigned *num_resources_p)
+{
+    return boundary("query_md_resources", [&] {
+        const auto names = verbs::scan_device_names();
+        uct_md_resource_desc_t *resources = nullptr;
+        if (!names.empty()) {
+            resources = static_cast<uct_md_resource_desc_t *>(
+                    ucs_calloc(names.size(), sizeof(*resources), "xqp md resources"));
+            if (resources == nullptr) {
+                throw std::bad_alloc();
+            }
+        }
+        for (size_t i = 0; i < names.size(); ++i) {
+            ucs_strncpy_zero(resources[i].md_name, names[i].c_str(),
+                             sizeof(resources[i].md_name));
+        }
+        *resources_p     = resources;
+        *num_resources_p = static_cast<unsigned>(names.size());
+        return UCS_OK;
+    });
+}
+
+} // namespace xqp::md

@@ -1,0 +1,60 @@
+/*
+ * xqp - memory domain: one per RDMA device.
+ */
+#ifndef XQP_MD_MD_H
+#define XQP_MD_MD_H
+
+#include "compat/ucx.h"
+#include "verbs/handles.h"
+
+#include <string>
+
+namespace xqp::md {
+
+/* UCX_XQP_* memory domain options */
+struct Config {
+    uct_md_config_t super;
+};
+
+extern ucs_config_field_t config_table[];
+
+class MemoryDomain {
+public:
+    /* What UCX holds: a plain C struct whose first member is uct_md_t. */
+    struct Handle {
+        uct_md_t      super;
+        MemoryDomain *owner;
+    };
+
+    MemoryDomain(uct_component_t *component, const std::string &device_name,
+                 const Config &config);
+
+    static MemoryDomain *from(uct_md_h md)
+    {
+        return reinterpret_cast<Handle *>(md)->owner;
+    }
+
+    uct_md_h handle() { return &handle_.super; }
+    const std::string &device_name() const { return device_name_; }
+    ibv_context *context() const { return context_.get(); }
+
+    void query(compat::md_attr_t *attr) const;
+
+private:
+    Handle             handle_;
+    std::string        device_name_;
+    verbs::Context     context_;
+};
+
+/* uct_component_t::md_open */
+ucs_status_t open(uct_component_t *component, const char *md_name,
+                  const uct_md_config_t *config, uct_md_h *md_p);
+
+/* uct_component_t::query_md_resources: one MD per RDMA device */
+ucs_status_t query_resources(uct_component_t *component,
+                             uct_md_resource_desc_t **resources_p,
+                             unsigned *num_resources_p);
+
+} // namespace xqp::md
+
+#endif

@@ -1,0 +1,38 @@
+/*
+ * xqp - RAII owners for libibverbs / librdmacm handles.
+ *
+ * Each owner is a std::unique_ptr with a deleter that calls the matching
+ * destroy function, so a handle is released exactly once on every path,
+ * including when an exception unwinds a half-built object.
+ */
+#ifndef XQP_VERBS_HANDLES_H
+#define XQP_VERBS_HANDLES_H
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <memory>
+
+namespace xqp::verbs {
+
+struct DeviceListDeleter {
+    void operator()(ibv_device **list) const noexcept { ibv_free_device_list(list); }
+};
+struct ContextDeleter {
+    void operator()(ibv_context *ctx) const noexcept { ibv_close_device(ctx); }
+};
+struct EventChannelDeleter {
+    void operator()(rdma_event_channel *ch) const noexcept { rdma_destroy_event_channel(ch); }
+};
+struct CmIdDeleter {
+    void operator()(rdma_cm_id *id) const noexcept { rdma_destroy_id(id); }
+};
+
+using DeviceList   = std::unique_ptr<ibv_device *, DeviceListDeleter>;
+using Context      = std::unique_ptr<ibv_context, ContextDeleter>;
+using EventChannel = std::unique_ptr<rdma_event_channel, EventChannelDeleter>;
+using CmId         = std::unique_ptr<rdma_cm_id, CmIdDeleter>;
+
+} // namespace xqp::verbs
+
+#endif
