@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cstdio>
+
 #include <string>
 
 namespace xqp::compat {
@@ -49,6 +51,30 @@ void unregister_component(uct_component_t *component, uct_tl_t *const *tls, size
     }
     uct_component_unregister(component);
     ucs_list_del(&component->list);
+}
+
+} // namespace xqp::compat
+
+namespace xqp::compat {
+
+ucs_sys_device_t sys_device_from_bus_id(const std::string &bus_id)
+{
+    unsigned domain, bus, slot, function;
+    char tail;
+    if (std::sscanf(bus_id.c_str(), "%4x:%2x:%2x.%1x%c", &domain, &bus, &slot, &function,
+                    &tail) != 4) {
+        return UCS_SYS_DEVICE_ID_UNKNOWN;
+    }
+    ucs_sys_bus_id_t id;
+    id.domain   = static_cast<uint16_t>(domain);
+    id.bus      = static_cast<uint8_t>(bus);
+    id.slot     = static_cast<uint8_t>(slot);
+    id.function = static_cast<uint8_t>(function);
+    ucs_sys_device_t dev = UCS_SYS_DEVICE_ID_UNKNOWN;
+    if (ucs_topo_find_device_by_bus_id(&id, &dev) != UCS_OK) {
+        return UCS_SYS_DEVICE_ID_UNKNOWN;
+    }
+    return dev;
 }
 
 } // namespace xqp::compat

@@ -18,6 +18,7 @@
 #include "compat/version.h"
 
 #include <optional>
+#include <string>
 #include <type_traits>
 
 extern "C" {
@@ -31,7 +32,9 @@ extern "C" {
 #include <ucs/debug/memtrack_int.h>
 #include <ucs/sys/compiler.h>
 #include <ucs/sys/string.h>
+#include <ucs/sys/topo/base/topo.h>
 #include <ucs/type/class.h>
+#include <ucs/type/cpu_set.h>
 }
 
 #if !((UCT_VERNO_MAJOR == 1) && (UCT_VERNO_MINOR == 13))
@@ -88,6 +91,13 @@ template <typename R, typename... A> struct Unsupported<R (*)(A...)> {
     }
 };
 template <typename F> inline constexpr F unsupported = &Unsupported<F>::fn;
+
+/*
+ * UCX's system-device id of a PCI function "dddd:bb:dd.f" (registers it with
+ * UCX's topology on first use), or UCS_SYS_DEVICE_ID_UNKNOWN when the string
+ * is empty or malformed.
+ */
+ucs_sys_device_t sys_device_from_bus_id(const std::string &bus_id);
 
 /* The UCX 1.13 md query callback fills uct_md_attr_t (v2 came in 1.14). */
 using md_attr_t = uct_md_attr_t;

@@ -208,7 +208,7 @@ static ucs_status_t query_devices(uct_md_h uct_md, uct_tl_device_resource_t **de
         for (size_t i = 0; i < names.size(); ++i) {
             ucs_strncpy_zero(devices[i].name, names[i].c_str(), sizeof(devices[i].name));
             devices[i].type       = UCT_DEVICE_TYPE_NET;
-            devices[i].sys_device = UCS_SYS_DEVICE_ID_UNKNOWN;
+            devices[i].sys_device = md->sys_device();
         }
         *devices_p     = devices;
         *num_devices_p = static_cast<unsigned>(names.size());

@@ -9,8 +9,25 @@
 
 namespace xqp::md {
 
+/* indexed by Locality */
+static const char *locality_names[] = {"off", "auto", NULL};
+static_assert(LOCALITY_LAST == 2, "locality_names must follow enum Locality");
+
 ucs_config_field_t config_table[] = {
     {"", "", NULL, ucs_offsetof(Config, super), UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
+
+    {"LOCALITY", "auto",
+     "Use the hwloc topology to find the CPUs and NUMA nodes local to each RDMA\n"
+     "device and report them to UCX for resource selection:\n"
+     " auto - use it when the device's locality can be found, else the whole machine\n"
+     " off  - report the whole machine",
+     ucs_offsetof(Config, locality), UCS_CONFIG_TYPE_ENUM(locality_names)},
+
+    {"TOPO_XML", "",
+     "Read the topology from this hwloc XML file instead of the live machine\n"
+     "(to test placement or simulate another node). Empty: the live topology.",
+     ucs_offsetof(Config, topo_xml), UCS_CONFIG_TYPE_STRING},
+
     {}
 };
 
@@ -72,13 +89,51 @@ static verbs::Context open_device(const std::string &name)
     throw Error(UCS_ERR_NO_DEVICE, "no RDMA device named '" + name + "'");
 }
 
+/* Locality of one device; never fails (locality is an optimisation). */
+static topo::DeviceLocality find_locality(const std::string &device_name, const Config &config)
+{
+    if (config.locality == LOCALITY_OFF) {
+        return topo::unknown_locality(device_name, "UCX_XQP_LOCALITY=off");
+    }
+    const std::string xml = (config.topo_xml != nullptr) ? config.topo_xml : "";
+    std::string error;
+    auto topology = topo::Topology::load(xml, &error);
+    if (!topology) {
+        if (!xml.empty()) {
+            /* the user asked for this file: say so, but keep working */
+            ucs_warn("xqp: UCX_XQP_TOPO_XML: %s; locality of %s unknown", error.c_str(),
+                     device_name.c_str());
+        }
+        return topo::unknown_locality(device_name, error);
+    }
+    return topology->locate(device_name);
+}
+
 MemoryDomain::MemoryDomain(uct_component_t *component, const std::string &device_name,
-                           const Config &)
-    : handle_{}, device_name_(device_name), context_(open_device(device_name))
+                           const Config &config)
+    : handle_{}, device_name_(device_name), context_(open_device(device_name)),
+      locality_(find_locality(device_name, config)),
+      sys_device_(compat::sys_device_from_bus_id(locality_.pci_bus_id))
 {
     handle_.super.ops       = &md_ops;
     handle_.super.component = component;
     handle_.owner           = this;
+
+    UCS_CPU_ZERO(&local_cpus_);
+    topo::Bitmap cpus;
+    if (!locality_.whole_machine && cpus && cpus.from_list(locality_.cpuset) &&
+        !hwloc_bitmap_iszero(cpus.get())) {
+        int cpu;
+        hwloc_bitmap_foreach_begin(cpu, cpus.get()) {
+            if (cpu < UCS_CPU_SETSIZE) {
+                UCS_CPU_SET(cpu, &local_cpus_);
+            }
+        }
+        hwloc_bitmap_foreach_end();
+    } else {
+        std::memset(&local_cpus_, 0xff, sizeof(local_cpus_));
+    }
+    ucs_debug("xqp: locality %s", topo::format_line(locality_).c_str());
 }
 
 void MemoryDomain::query(compat::md_attr_t *attr) const
@@ -93,8 +148,7 @@ void MemoryDomain::query(compat::md_attr_t *attr) const
     attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->rkey_packed_size     = 0;
     attr->reg_cost             = ucs_linear_func_make(0, 0);
-    /* every CPU until the topology unit narrows it down */
-    std::memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
+    attr->local_cpus           = local_cpus_;
 }
 
 ucs_status_t open(uct_component_t *component, const char *md_name,

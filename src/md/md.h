@@ -5,6 +5,7 @@
 #define XQP_MD_MD_H
 
 #include "compat/ucx.h"
+#include "topology/topology.h"
 #include "verbs/handles.h"
 
 #include <string>
@@ -14,7 +15,11 @@ namespace xqp::md {
 /* UCX_XQP_* memory domain options */
 struct Config {
     uct_md_config_t super;
+    char           *topo_xml;  /* UCX_XQP_TOPO_XML: hwloc XML instead of the live topology */
+    int             locality;  /* UCX_XQP_LOCALITY: Locality */
 };
+
+enum Locality { LOCALITY_OFF, LOCALITY_AUTO, LOCALITY_LAST };
 
 extern ucs_config_field_t config_table[];
 
@@ -40,10 +45,17 @@ public:
 
     void query(compat::md_attr_t *attr) const;
 
+    /* where the device sits (whole machine when unknown or disabled) */
+    const topo::DeviceLocality &locality() const { return locality_; }
+    ucs_sys_device_t sys_device() const { return sys_device_; }
+
 private:
     Handle             handle_;
     std::string        device_name_;
     verbs::Context     context_;
+    topo::DeviceLocality locality_;
+    ucs_sys_device_t   sys_device_;
+    ucs_cpu_set_t      local_cpus_;
 };
 
 /* uct_component_t::md_open */

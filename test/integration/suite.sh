@@ -10,7 +10,7 @@
 # testbed's XQP_VM_RDMA_DEV, else the first device ibv_devices lists).
 # Prints one PASS/FAIL/SKIP line per test and ends with "N passed, N failed".
 set -u
-: "${XQP_BINDIR:?}" "${XQP_PLUGIN:?}" "${XQP_BUILDDIR:?}" "${XQP_UCX_VERSION:?}"
+: "${XQP_BINDIR:?}" "${XQP_PLUGIN:?}" "${XQP_BUILDDIR:?}" "${XQP_SRCDIR:?}" "${XQP_UCX_VERSION:?}"
 
 RUN=$XQP_BINDIR/xqp-run
 TESTS=$XQP_BUILDDIR/test/integration
@@ -86,7 +86,7 @@ test_ucx_info_config_lists_variables() (
 )
 
 test_uct_api() (
-    "$RUN" "$TESTS/xqp_uct_tests" --gtest_brief=1
+    XQP_TEST_DATA_DIR=$XQP_SRCDIR/test/data "$RUN" "$TESTS/xqp_uct_tests" --gtest_brief=1
 )
 
 test_dlopen_installed_plugin() (
@@ -136,6 +136,20 @@ test_xqp_topo_falls_back_for_rxe() (
     fi
 )
 
+test_xqp_topo_xml_places_rxe0() (
+    xml=$XQP_SRCDIR/test/data/topologies/xqp_synthetic-rxe0-on-pci.xml
+    out=$("$XQP_BINDIR/xqp-topo" --xml "$xml") || exit 1
+    echo "$out"
+    [ "$out" = "rxe0 pci=0000:81:00.0 numa=1 cpus=2-3" ]
+)
+
+test_xqp_topo_bad_xml_is_an_error() (
+    rc=0
+    "$XQP_BINDIR/xqp-topo" --xml /nonexistent.xml 2> "$WORK/err.txt" || rc=$?
+    cat "$WORK/err.txt"
+    [ "$rc" = 1 ] && grep -q "/nonexistent.xml" "$WORK/err.txt"
+)
+
 echo "xqp integration suite: device '${DEV:-none}', plugin $XQP_PLUGIN"
 run_test "ucx_info -d lists transport xqp on $DEV:1" test_ucx_info_lists_xqp
 run_test "ucx_info -d without the plugin lists no xqp" test_ucx_info_without_plugin_has_no_xqp
@@ -145,6 +159,8 @@ run_test "dlopen of the installed plugin" test_dlopen_installed_plugin
 run_test "version guard disables the plugin on another UCX" test_version_guard
 run_test "UCP tag_lat still works with the plugin loaded" test_ucp_unaffected_by_plugin
 run_test "xqp-topo reports $DEV's locality" test_xqp_topo_falls_back_for_rxe
+run_test "xqp-topo --xml places rxe0 on its PCI function" test_xqp_topo_xml_places_rxe0
+run_test "xqp-topo --xml with a missing file fails naming it" test_xqp_topo_bad_xml_is_an_error
 
 echo "integration: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

@@ -7,6 +7,8 @@
 #include <infiniband/verbs.h>
 #include <uct/api/uct.h>
 #include <ucs/async/async_fwd.h>
+#include <ucs/sys/topo/base/topo.h>
+#include <ucs/type/cpu_set.h>
 
 #include <gtest/gtest.h>
 
@@ -68,6 +70,7 @@ protected:
 
     uct_md_h open_md(const std::string &name, ucs_status_t *status)
     {
+        /* md options (UCX_XQP_*) are read from the environment here */
         uct_md_config_t *config = nullptr;
         EXPECT_EQ(UCS_OK, uct_md_config_read(component_, nullptr, nullptr, &config));
         uct_md_h md = nullptr;
@@ -225,4 +228,98 @@ TEST_F(XqpDevice, MalformedConfigValueIsAnError)
     if (status == UCS_OK) {
         uct_config_release(config);
     }
+}
+
+/* The topology the memory domain reports, with rxe0 placed by an XML file. */
+class XqpLocality : public XqpComponent {
+protected:
+    void SetUp() override
+    {
+        XqpComponent::SetUp();
+        device_ = expected_device();
+        const char *data = std::getenv("XQP_TEST_DATA_DIR");
+        if (device_ != "rxe0" || data == nullptr) {
+            GTEST_SKIP() << "needs the testbed's rxe0 and XQP_TEST_DATA_DIR";
+        }
+        xml_ = std::string(data) + "/topologies/xqp_synthetic-rxe0-on-pci.xml";
+    }
+
+    void TearDown() override
+    {
+        unsetenv("UCX_XQP_TOPO_XML");
+        unsetenv("UCX_XQP_LOCALITY");
+    }
+
+    /* local CPUs the md reports, and the sys_device of its transport */
+    std::pair<std::set<int>, ucs_sys_device_t> query()
+    {
+        ucs_status_t status;
+        uct_md_h md = open_md(device_, &status);
+        EXPECT_EQ(UCS_OK, status);
+        if (md == nullptr) {
+            return {};
+        }
+        uct_md_attr_t attr;
+        EXPECT_EQ(UCS_OK, uct_md_query(md, &attr));
+        std::set<int> cpus;
+        for (int cpu = 0; cpu < UCS_CPU_SETSIZE; ++cpu) {
+            if (ucs_cpu_is_set(cpu, &attr.local_cpus)) {
+                cpus.insert(cpu);
+            }
+        }
+        uct_tl_resource_desc_t *resources = nullptr;
+        unsigned num                      = 0;
+        EXPECT_EQ(UCS_OK, uct_md_query_tl_resources(md, &resources, &num));
+        ucs_sys_device_t sys_dev = UCS_SYS_DEVICE_ID_UNKNOWN;
+        EXPECT_EQ(1u, num);
+        if (num > 0) {
+            sys_dev = resources[0].sys_device;
+        }
+        uct_release_tl_resource_list(resources);
+        uct_md_close(md);
+        return {cpus, sys_dev};
+    }
+
+    std::string device_;
+    std::string xml_;
+    char        bdf_[32] = {};
+};
+
+TEST_F(XqpLocality, LiveSoftRoceFallsBackToWholeMachine)
+{
+    const auto [cpus, sys_dev] = query();
+    EXPECT_EQ(size_t(UCS_CPU_SETSIZE), cpus.size()) << "rxe0 has no PCI parent";
+    EXPECT_EQ(UCS_SYS_DEVICE_ID_UNKNOWN, sys_dev);
+}
+
+TEST_F(XqpLocality, TopologyXmlPlacesTheDevice)
+{
+    setenv("UCX_XQP_TOPO_XML", xml_.c_str(), 1);
+    const auto [cpus, sys_dev] = query();
+    EXPECT_EQ((std::set<int>{2, 3}), cpus);
+    EXPECT_NE(UCS_SYS_DEVICE_ID_UNKNOWN, sys_dev);
+    EXPECT_STREQ("0000:81:00.0", ucs_topo_sys_device_bdf_name(sys_dev, bdf_, sizeof(bdf_)));
+}
+
+TEST_F(XqpLocality, LocalityOffReportsWholeMachine)
+{
+    setenv("UCX_XQP_TOPO_XML", xml_.c_str(), 1);
+    setenv("UCX_XQP_LOCALITY", "off", 1);
+    const auto [cpus, sys_dev] = query();
+    EXPECT_EQ(size_t(UCS_CPU_SETSIZE), cpus.size());
+    EXPECT_EQ(UCS_SYS_DEVICE_ID_UNKNOWN, sys_dev);
+}
+
+TEST_F(XqpLocality, MissingXmlFileFallsBackWithoutError)
+{
+    setenv("UCX_XQP_TOPO_XML", "/nonexistent/topology.xml", 1);
+    const auto [cpus, sys_dev] = query();
+    EXPECT_EQ(size_t(UCS_CPU_SETSIZE), cpus.size());
+}
+
+TEST_F(XqpLocality, MalformedLocalityValueIsAnError)
+{
+    setenv("UCX_XQP_LOCALITY", "sometimes", 1);
+    uct_md_config_t *config = nullptr;
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_md_config_read(component_, nullptr, nullptr, &config));
 }
