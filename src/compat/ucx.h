@@ -27,6 +27,8 @@ extern "C" {
 #include <uct/base/uct_component.h>
 #include <uct/base/uct_iface.h>
 #include <uct/base/uct_md.h>
+#include <uct/base/uct_worker.h>
+#include <ucs/async/async.h>
 #include <ucs/config/parser.h>
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
@@ -98,6 +100,12 @@ template <typename F> inline constexpr F unsupported = &Unsupported<F>::fn;
  * is empty or malformed.
  */
 ucs_sys_device_t sys_device_from_bus_id(const std::string &bus_id);
+
+/* The async context a worker was created with (uct_priv_worker_t in 1.13). */
+inline ucs_async_context_t *worker_async(uct_worker_h worker)
+{
+    return reinterpret_cast<uct_priv_worker_t *>(worker)->async;
+}
 
 /* The UCX 1.13 md query callback fills uct_md_attr_t (v2 came in 1.14). */
 using md_attr_t = uct_md_attr_t;

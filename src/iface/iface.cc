@@ -1,52 +1,181 @@
 #include "iface/iface.h"
 
 #include "common/boundary.h"
+#include "ep/ep.h"
+#include "iface/address.h"
 #include "verbs/discovery.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <vector>
 
 namespace xqp::iface {
 
+/* indexed by wireup::EceMode */
+static const char *ece_mode_names[] = {"off", "auto", "on", NULL};
+static_assert(static_cast<int>(wireup::EceMode::On) == 2, "ece_mode_names follows EceMode");
+
 ucs_config_field_t config_table[] = {
     {"", "", NULL, ucs_offsetof(Config, super), UCS_CONFIG_TYPE_TABLE(uct_iface_config_table)},
+
+    {"ECE", "auto",
+     "Negotiate ECE (Enhanced Connection Establishment) options with the peer\n"
+     "through rdma_cm while connecting:\n"
+     " off  - never query, set or send ECE\n"
+     " auto - use the options both sides and both providers support; fall back\n"
+     "        to no ECE when a provider lacks it or the peer sends none\n"
+     " on   - like auto, but the options in UCX_XQP_ECE_REQUIRED must be agreed:\n"
+     "        otherwise the passive side rejects (rdma_reject_ece) and the\n"
+     "        active side fails with an error naming the missing options",
+     ucs_offsetof(Config, ece_mode), UCS_CONFIG_TYPE_ENUM(ece_mode_names)},
+
+    {"ECE_REQUIRED", "0",
+     "ECE option bits (a 32-bit mask, e.g. 0x1) that must be agreed with UCX_XQP_ECE=on.",
+     ucs_offsetof(Config, ece_required), UCS_CONFIG_TYPE_STRING},
+
+    {"ECE_DESIRED", "0xffffffff",
+     "ECE option bits (a 32-bit mask) offered to and accepted from the peer when\n"
+     "both providers support them.",
+     ucs_offsetof(Config, ece_desired), UCS_CONFIG_TYPE_STRING},
+
+    {"ECE_LOCAL", "auto",
+     "The local ECE to advertise: 'auto' asks the provider (ibv_query_ece);\n"
+     "VENDOR:OPTIONS (e.g. 0x15b3:0x1) advertises these instead, for\n"
+     "interoperability tests and providers that cannot report ECE.",
+     ucs_offsetof(Config, ece_local), UCS_CONFIG_TYPE_STRING},
+
+    {"ADDR_RESOLVE_TIMEOUT", "2s",
+     "How long rdma_resolve_addr may take for one connection attempt.",
+     ucs_offsetof(Config, addr_resolve_timeout), UCS_CONFIG_TYPE_TIME},
+
+    {"ROUTE_RESOLVE_TIMEOUT", "2s",
+     "How long rdma_resolve_route may take for one connection attempt.",
+     ucs_offsetof(Config, route_resolve_timeout), UCS_CONFIG_TYPE_TIME},
+
+    {"CONNECT_RETRIES", "3",
+     "How many times a failed connection attempt is retried, each time with a\n"
+     "new rdma_cm id and QP. A reject because of ECE options is not retried.",
+     ucs_offsetof(Config, connect_retries), UCS_CONFIG_TYPE_UINT},
+
+    {"TX_QUEUE_LEN", "256",
+     "Send queue length of each data QP.",
+     ucs_offsetof(Config, tx_queue_len), UCS_CONFIG_TYPE_UINT},
+
     {}
 };
 
+static Error config_error(const char *var, const std::string &value, const std::string &why)
+{
+    return Error(UCS_ERR_INVALID_PARAM,
+                 std::string("invalid UCX_XQP_") + var + "='" + value + "': " + why);
+}
+
+/* a 32-bit number, decimal or 0x-hex, nothing else */
+static bool parse_u32(const std::string &text, uint32_t *value)
+{
+    if (text.empty() || (text[0] == '-') || (text[0] == '+') || std::isspace(text[0])) {
+        return false;
+    }
+    errno     = 0;
+    char *end = nullptr;
+    const unsigned long long v = std::strtoull(text.c_str(), &end, 0);
+    if ((errno != 0) || (end == text.c_str()) || (*end != '\0') || (v > UINT32_MAX)) {
+        return false;
+    }
+    *value = static_cast<uint32_t>(v);
+    return true;
+}
+
+static uint32_t parse_mask(const char *var, const char *text)
+{
+    const std::string value = (text != nullptr) ? text : "";
+    uint32_t mask;
+    if (!parse_u32(value, &mask)) {
+        throw config_error(var, value, "expected a 32-bit option mask such as 0x1");
+    }
+    return mask;
+}
+
+wireup::EcePolicy ece_policy_from_config(const Config &config)
+{
+    wireup::EcePolicy policy;
+    policy.mode     = static_cast<wireup::EceMode>(config.ece_mode);
+    policy.required = parse_mask("ECE_REQUIRED", config.ece_required);
+    policy.desired  = parse_mask("ECE_DESIRED", config.ece_desired);
+
+    const std::string local = (config.ece_local != nullptr) ? config.ece_local : "";
+    if (local != "auto") {
+        const auto colon = local.find(':');
+        wireup::Ece ece;
+        if ((colon == std::string::npos) ||
+            !parse_u32(local.substr(0, colon), &ece.vendor_id) ||
+            !parse_u32(local.substr(colon + 1), &ece.options)) {
+            throw config_error("ECE_LOCAL", local,
+                               "expected 'auto' or VENDOR:OPTIONS such as 0x15b3:0x1");
+        }
+        if (ece.vendor_id == 0) {
+            throw config_error("ECE_LOCAL", local,
+                               "vendor 0 means no ECE (rdma_set_local_ece refuses it)");
+        }
+        policy.local_override = ece;
+    }
+    return policy;
+}
+
+static int to_timeout_ms(const char *var, double seconds)
+{
+    if (!(seconds > 0) || (seconds > INT_MAX / 1000.0)) {
+        throw config_error(var, std::to_string(seconds) + "s", "must be positive");
+    }
+    return std::max(1, static_cast<int>(seconds * 1000.0));
+}
+
+/* ------------------------------------------------------------------ ops */
+
 static void iface_close(uct_iface_h tl_iface)
 {
-    delete Iface::from(tl_iface);
+    delete Iface::from_unchecked(tl_iface);
 }
 
 static ucs_status_t iface_query(uct_iface_h tl_iface, uct_iface_attr_t *attr)
 {
     return boundary("iface_query", [&] {
-        Iface::from(tl_iface)->query(attr);
+        Iface::from_unchecked(tl_iface)->query(attr);
         return UCS_OK;
     });
 }
 
-static int iface_is_reachable(const uct_iface_h, const uct_device_addr_t *,
-                              const uct_iface_addr_t *)
+static ucs_status_t iface_get_device_address(uct_iface_h tl_iface, uct_device_addr_t *addr)
 {
-    return 0; /* no connection establishment yet: nothing is reachable */
+    Iface::from_unchecked(tl_iface)->get_device_address(reinterpret_cast<uint8_t *>(addr));
+    return UCS_OK;
+}
+
+static ucs_status_t iface_get_address(uct_iface_h tl_iface, uct_iface_addr_t *addr)
+{
+    Iface::from_unchecked(tl_iface)->get_address(reinterpret_cast<uint8_t *>(addr));
+    return UCS_OK;
+}
+
+static int iface_is_reachable(const uct_iface_h tl_iface, const uct_device_addr_t *dev_addr,
+                              const uct_iface_addr_t *iface_addr)
+{
+    return Iface::from_unchecked(tl_iface)->is_reachable(
+            reinterpret_cast<const uint8_t *>(dev_addr),
+            reinterpret_cast<const uint8_t *>(iface_addr));
 }
 
 static unsigned iface_progress(uct_iface_h)
 {
-    return 0; /* nothing is posted on this interface yet */
-}
-
-/* Addresses are empty (attr.*_addr_len == 0): nothing to write. */
-static ucs_status_t iface_get_device_address(uct_iface_h, uct_device_addr_t *)
-{
-    return UCS_OK;
-}
-
-static ucs_status_t iface_get_address(uct_iface_h, uct_iface_addr_t *)
-{
-    return UCS_OK;
+    return 0; /* connections progress on the async context; no data path yet */
 }
 
 using Ops = uct_iface_ops_t;
@@ -76,16 +205,16 @@ static uct_iface_ops_t iface_ops = {
     .ep_tag_rndv_request      = compat::unsupported<decltype(Ops::ep_tag_rndv_request)>,
     .iface_tag_recv_zcopy     = compat::unsupported<decltype(Ops::iface_tag_recv_zcopy)>,
     .iface_tag_recv_cancel    = compat::unsupported<decltype(Ops::iface_tag_recv_cancel)>,
-    .ep_pending_add           = compat::unsupported<decltype(Ops::ep_pending_add)>,
-    .ep_pending_purge         = compat::unsupported<decltype(Ops::ep_pending_purge)>,
-    .ep_flush                 = compat::unsupported<decltype(Ops::ep_flush)>,
-    .ep_fence                 = compat::unsupported<decltype(Ops::ep_fence)>,
-    .ep_check                 = compat::unsupported<decltype(Ops::ep_check)>,
-    .ep_create                = compat::unsupported<decltype(Ops::ep_create)>,
+    .ep_pending_add           = ep::ep_pending_add,
+    .ep_pending_purge         = ep::ep_pending_purge,
+    .ep_flush                 = ep::ep_flush,
+    .ep_fence                 = ep::ep_fence,
+    .ep_check                 = ep::ep_check,
+    .ep_create                = ep::ep_create,
     .ep_connect               = compat::unsupported<decltype(Ops::ep_connect)>,
     .ep_disconnect            = compat::unsupported<decltype(Ops::ep_disconnect)>,
     .cm_ep_conn_notify        = compat::unsupported<decltype(Ops::cm_ep_conn_notify)>,
-    .ep_destroy               = compat::unsupported<decltype(Ops::ep_destroy)>,
+    .ep_destroy               = ep::ep_destroy,
     .ep_get_address           = compat::unsupported<decltype(Ops::ep_get_address)>,
     .ep_connect_to_ep         = compat::unsupported<decltype(Ops::ep_connect_to_ep)>,
     .iface_accept             = compat::unsupported<decltype(Ops::iface_accept)>,
@@ -104,9 +233,52 @@ static uct_iface_ops_t iface_ops = {
     .iface_is_reachable       = iface_is_reachable,
 };
 
+Iface *Iface::from(uct_iface_h iface)
+{
+    if ((iface == nullptr) || (iface->ops.iface_close != iface_close)) {
+        return nullptr;
+    }
+    return from_unchecked(iface);
+}
+
+/* ------------------------------------------------------------------ setup */
+
+/* The address the listener binds: IPv4 first, then a non-link-local IPv6
+ * (a link-local one would need the peer to know our interface index). */
+static sockaddr_storage pick_listen_address(const std::string &device, unsigned port)
+{
+    const auto addresses = verbs::scan_cm_addresses();
+    auto it              = addresses.find(verbs::PortKey(device, port));
+    if (it == addresses.end()) {
+        throw Error(UCS_ERR_NO_DEVICE, "no IP address that rdma_cm can bind to " +
+                                       verbs::resource_name(device, port));
+    }
+    std::vector<sockaddr_storage> candidates;
+    for (const auto &text : it->second) {
+        sockaddr_storage ss = {};
+        auto *sin           = reinterpret_cast<sockaddr_in *>(&ss);
+        auto *sin6          = reinterpret_cast<sockaddr_in6 *>(&ss);
+        if (inet_pton(AF_INET, text.c_str(), &sin->sin_addr) == 1) {
+            sin->sin_family = AF_INET;
+            return ss;
+        }
+        if ((inet_pton(AF_INET6, text.c_str(), &sin6->sin6_addr) == 1) &&
+            !IN6_IS_ADDR_LINKLOCAL(&sin6->sin6_addr)) {
+            sin6->sin6_family = AF_INET6;
+            candidates.push_back(ss);
+        }
+    }
+    if (candidates.empty()) {
+        throw Error(UCS_ERR_NO_DEVICE, "only link-local addresses on " +
+                                       verbs::resource_name(device, port));
+    }
+    return candidates.front();
+}
+
 Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t *params,
              const Config &config)
-    : handle_{}, md_(md), port_(0), bandwidth_(0)
+    : handle_{}, md_(md), worker_(worker),
+      async_(compat::worker_async(worker))
 {
     if (!(params->field_mask & UCT_IFACE_PARAM_FIELD_OPEN_MODE) ||
         !(params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE)) {
@@ -119,10 +291,25 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
                                        "' does not belong to memory domain " +
                                        md->device_name());
     }
-    port_ = port;
+    port_num_ = port;
+
+    /* configuration: bad values are errors naming the variable */
+    wireup_config_.ece              = ece_policy_from_config(config);
+    wireup_config_.addr_timeout_ms  = to_timeout_ms("ADDR_RESOLVE_TIMEOUT",
+                                                    config.addr_resolve_timeout);
+    wireup_config_.route_timeout_ms = to_timeout_ms("ROUTE_RESOLVE_TIMEOUT",
+                                                    config.route_resolve_timeout);
+    wireup_config_.max_retries      = config.connect_retries;
+    if ((config.tx_queue_len == 0) || (config.tx_queue_len > 65536)) {
+        throw config_error("TX_QUEUE_LEN", std::to_string(config.tx_queue_len),
+                           "must be 1..65536");
+    }
+    std::random_device rd;
+    wireup_config_.iface_uuid  = (uint64_t(rd()) << 32) | rd();
+    wireup_config_.max_am_size = 1;
 
     ibv_port_attr port_attr = {};
-    const int ret = ibv_query_port(md->context(), static_cast<uint8_t>(port), &port_attr);
+    int ret = ibv_query_port(md->context(), static_cast<uint8_t>(port), &port_attr);
     if (ret != 0) {
         throw Error(UCS_ERR_NO_DEVICE, errno_message("ibv_query_port(" + resource_name_ + ")", ret));
     }
@@ -134,6 +321,61 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
         bandwidth_ = verbs::port_bandwidth(1, 1);
     }
 
+    ibv_device_attr dev_attr = {};
+    ret = ibv_query_device(md->context(), &dev_attr);
+    if (ret != 0) {
+        throw Error(UCS_ERR_NO_DEVICE, errno_message("ibv_query_device", ret));
+    }
+    wireup_config_.responder_resources = static_cast<uint8_t>(std::min(dev_attr.max_qp_rd_atom, 16));
+    wireup_config_.initiator_depth     = static_cast<uint8_t>(std::min(dev_attr.max_qp_init_rd_atom, 16));
+
+    /* CQs of the data QPs */
+    const int cq_len = static_cast<int>(config.tx_queue_len) * 4;
+    send_cq_.reset(ibv_create_cq(md->context(), cq_len, nullptr, nullptr, 0));
+    recv_cq_.reset(ibv_create_cq(md->context(), cq_len, nullptr, nullptr, 0));
+    if (!send_cq_ || !recv_cq_) {
+        throw_errno("ibv_create_cq(" + resource_name_ + ")", errno);
+    }
+    wireup::QpShape shape;
+    shape.pd          = md->pd();
+    shape.send_cq     = send_cq_.get();
+    shape.recv_cq     = recv_cq_.get();
+    shape.max_send_wr = config.tx_queue_len;
+
+    /* the listener */
+    channel_.reset(rdma_create_event_channel());
+    if (!channel_) {
+        throw_errno("rdma_create_event_channel", errno);
+    }
+    const int flags = fcntl(channel_->fd, F_GETFL);
+    if ((flags < 0) || (fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0)) {
+        throw_errno("fcntl(O_NONBLOCK) on the rdma_cm channel", errno);
+    }
+    cm_ = std::make_unique<wireup::RdmaCmOps>(channel_.get(), shape);
+
+    listen_addr_ = pick_listen_address(device, port);
+    rdma_cm_id *raw = nullptr;
+    if (rdma_create_id(channel_.get(), &raw, this, RDMA_PS_TCP) != 0) {
+        throw_errno("rdma_create_id", errno);
+    }
+    listener_.reset(raw);
+    if (rdma_bind_addr(listener_.get(), reinterpret_cast<sockaddr *>(&listen_addr_)) != 0) {
+        throw_errno("rdma_bind_addr(" + to_string(listen_addr_) + ")", errno);
+    }
+    if ((listener_->verbs == nullptr) || (listener_->verbs != md->context())) {
+        throw Error(UCS_ERR_NO_DEVICE, to_string(listen_addr_) + " is not served by " +
+                                       md->device_name());
+    }
+    if (rdma_listen(listener_.get(), 1024) != 0) {
+        throw_errno("rdma_listen", errno);
+    }
+    const uint16_t listen_port = rdma_get_src_port(listener_.get());
+    if (listen_addr_.ss_family == AF_INET) {
+        reinterpret_cast<sockaddr_in *>(&listen_addr_)->sin_port = listen_port;
+    } else {
+        reinterpret_cast<sockaddr_in6 *>(&listen_addr_)->sin6_port = listen_port;
+    }
+
     handle_.owner = this;
     ucs_status_t status = UCS_CLASS_INIT(uct_base_iface_t, &handle_.super, &iface_ops,
                                          &uct_base_iface_internal_ops, md->handle(),
@@ -142,29 +384,207 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     if (status != UCS_OK) {
         throw Error(status, "cannot initialize the base interface");
     }
+
+    status = ucs_async_set_event_handler(async_->mode, channel_->fd, UCS_EVENT_SET_EVREAD,
+                                         cm_event_handler, this, async_);
+    if (status != UCS_OK) {
+        UCS_CLASS_CLEANUP(uct_base_iface_t, &handle_.super);
+        throw Error(status, "cannot watch the rdma_cm channel");
+    }
+    async_handler_ = true;
+    ucs_debug("xqp: %s listening on %s", resource_name_.c_str(), to_string(listen_addr_).c_str());
 }
 
 Iface::~Iface()
 {
+    if (async_handler_) {
+        ucs_async_remove_handler(channel_->fd, 1);
+    }
+    UCS_ASYNC_BLOCK(async_);
+    passive_.clear();
+    UCS_ASYNC_UNBLOCK(async_);
+    listener_.reset();
+    uct_base_iface_progress_disable(handle(), UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
     UCS_CLASS_CLEANUP(uct_base_iface_t, &handle_.super);
 }
+
+/* ------------------------------------------------------------------ rdma_cm events */
+
+void Iface::cm_event_handler(int, ucs_event_set_types_t, void *arg)
+{
+    static_cast<Iface *>(arg)->progress_cm_events();
+}
+
+void Iface::progress_cm_events()
+{
+    /* runs with the async context blocked against the application */
+    rdma_cm_event *raw = nullptr;
+    while (rdma_get_cm_event(channel_.get(), &raw) == 0) {
+        wireup::CmEvent event;
+        event.type   = raw->event;
+        event.status = raw->status;
+        event.id     = raw->id;
+        if ((raw->param.conn.private_data != nullptr) && (raw->param.conn.private_data_len > 0)) {
+            const auto *data = static_cast<const uint8_t *>(raw->param.conn.private_data);
+            event.private_data.assign(data, data + raw->param.conn.private_data_len);
+        }
+        const bool for_listener = (raw->listen_id == listener_.get()) ||
+                                  (raw->id == listener_.get());
+        rdma_ack_cm_event(raw);
+
+        try {
+            if (event.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+                auto conn = std::make_unique<wireup::Connection>(*cm_, ece_provider_,
+                                                                 wireup_config_, *this, 0);
+                auto *c   = conn.get();
+                passive_slots_.push_back(c);
+                passive_infos_.push_back(xqp_wireup_info_t{});
+                passive_.push_back(std::move(conn));
+                c->accept_request(event);
+                record_passive(*c);
+            } else if (for_listener) {
+                ucs_debug("xqp: %s listener: %s", resource_name_.c_str(),
+                          rdma_event_str(event.type));
+                if (event.type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+                    ucs_error("xqp: %s: rdma device removed", resource_name_.c_str());
+                }
+            } else if (event.id->context != nullptr) {
+                auto *conn = static_cast<wireup::Connection *>(event.id->context);
+                conn->on_event(event);
+                if (!conn->active()) {
+                    record_passive(*conn);
+                }
+            }
+        } catch (const std::exception &e) {
+            ucs_error("xqp: %s: handling %s: %s", resource_name_.c_str(),
+                      rdma_event_str(event.type), e.what());
+        }
+
+        /* passive connections that ended are destroyed here, never inside
+         * their own callbacks */
+        for (auto it = passive_.begin(); it != passive_.end();) {
+            const auto state = (*it)->state();
+            if ((state == wireup::ConnState::Failed) || (state == wireup::ConnState::Closed)) {
+                for (auto &slot : passive_slots_) {
+                    if (slot == it->get()) {
+                        slot = nullptr;
+                    }
+                }
+                it = passive_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    if ((errno != EAGAIN) && (errno != EWOULDBLOCK)) {
+        ucs_error("xqp: %s: rdma_get_cm_event: %s", resource_name_.c_str(), strerror(errno));
+    }
+}
+
+void fill_wireup_info(const wireup::Connection &conn, xqp_wireup_info_t *info)
+{
+    std::memset(info, 0, sizeof(*info));
+    static_assert(int(wireup::ConnState::Closed) == XQP_CONN_CLOSED, "states match");
+    info->state         = static_cast<int>(conn.state());
+    info->attempts      = conn.attempts();
+    info->status        = conn.status();
+    info->reject_reason = conn.reject_reason();
+    const auto &ece     = conn.ece_result();
+    info->ece_sent      = {ece.sent.vendor_id, ece.sent.options};
+    info->ece_received  = {ece.received.vendor_id, ece.received.options};
+    info->ece_agreed    = {ece.agreed.vendor_id, ece.agreed.options};
+    info->ece_applied   = ece.applied;
+    info->ece_set_err   = ece.set_err;
+    info->qp_num        = (conn.qp() != nullptr) ? conn.qp()->qp_num : 0;
+    ucs_strncpy_zero(info->error, conn.error().c_str(), sizeof(info->error));
+}
+
+void Iface::record_passive(wireup::Connection &conn)
+{
+    for (size_t i = 0; i < passive_slots_.size(); ++i) {
+        if (passive_slots_[i] == &conn) {
+            const uint32_t qp_num = passive_infos_[i].qp_num;
+            fill_wireup_info(conn, &passive_infos_[i]);
+            if (passive_infos_[i].qp_num == 0) {
+                passive_infos_[i].qp_num = qp_num; /* keep it after teardown */
+            }
+        }
+    }
+}
+
+void Iface::on_established(wireup::Connection &conn)
+{
+    record_passive(conn);
+}
+
+void Iface::on_failed(wireup::Connection &conn)
+{
+    record_passive(conn);
+    ucs_debug("xqp: %s: passive connection failed: %s", resource_name_.c_str(),
+              conn.error().c_str());
+}
+
+void Iface::on_closed(wireup::Connection &conn)
+{
+    record_passive(conn);
+}
+
+void Iface::on_log(wireup::Connection &, const std::string &line)
+{
+    ucs_debug("xqp: %s: %s", resource_name_.c_str(), line.c_str());
+}
+
+int Iface::passive_count() const
+{
+    return static_cast<int>(passive_infos_.size());
+}
+
+int Iface::passive_info(unsigned index, xqp_wireup_info_t *info) const
+{
+    if (index >= passive_infos_.size()) {
+        return -ENOENT;
+    }
+    *info = passive_infos_[index];
+    return 0;
+}
+
+/* ------------------------------------------------------------------ attributes */
 
 void Iface::query(uct_iface_attr_t *attr)
 {
     uct_base_iface_query(&handle_.super, attr);
-    attr->device_addr_len = 0;
-    attr->iface_addr_len  = 0;
+    attr->device_addr_len = kDeviceAddrLen;
+    attr->iface_addr_len  = kIfaceAddrLen;
     attr->ep_addr_len     = 0;
-    /* the connection model xqp will serve (rdma_cm to the peer's listener);
-     * UCP requires every transport to state one. With no operation flags
-     * and is_reachable() false, UCP selects no lane on this interface. */
-    attr->cap.flags       = UCT_IFACE_FLAG_CONNECT_TO_IFACE;
+    /* connections, and the pending queue they need; the data operations
+     * come with the data path */
+    attr->cap.flags           = UCT_IFACE_FLAG_CONNECT_TO_IFACE | UCT_IFACE_FLAG_PENDING;
     attr->bandwidth.dedicated = 0;
     attr->bandwidth.shared    = bandwidth_;
     attr->latency             = ucs_linear_func_make(0, 0);
     attr->overhead            = 0;
-    attr->priority        = 0;
+    attr->priority            = 0;
 }
+
+void Iface::get_device_address(uint8_t *addr) const
+{
+    pack_device_address(reinterpret_cast<const sockaddr *>(&listen_addr_), addr);
+}
+
+void Iface::get_address(uint8_t *addr) const
+{
+    pack_iface_address(reinterpret_cast<const sockaddr *>(&listen_addr_), addr);
+}
+
+bool Iface::is_reachable(const uint8_t *dev_addr, const uint8_t *iface_addr) const
+{
+    std::string why;
+    const auto dst = unpack_address(dev_addr, iface_addr, &why);
+    /* rdma_cm resolves within the address family the listener uses */
+    return dst && (dst->ss_family == listen_addr_.ss_family);
+}
+
+/* ------------------------------------------------------------------ open */
 
 static ucs_status_t iface_open(uct_md_h md, uct_worker_h worker,
                                const uct_iface_params_t *params,
@@ -173,7 +593,6 @@ static ucs_status_t iface_open(uct_md_h md, uct_worker_h worker,
     return boundary("iface_open", [&] {
         auto iface = std::make_unique<Iface>(md::MemoryDomain::from(md), worker, params,
                                              *reinterpret_cast<const Config *>(tl_config));
-        ucs_debug("xqp: opened interface on %s", iface->resource_name().c_str());
         *iface_p = iface.release()->handle();
         return UCS_OK;
     });

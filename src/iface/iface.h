@@ -2,29 +2,53 @@
  * xqp - the transport ("tl") and its interface.
  *
  * A transport resource exists for every ACTIVE port that rdma_cm can reach
- * through an IP address (see verbs/discovery.h). The interface carries no
- * operations yet: it opens, reports its attributes and advertises no
- * capabilities, so UCP leaves it alone until the wireup and data-path layers
- * fill the operations in.
+ * through an IP address (verbs/discovery.h). Each interface owns:
+ *  - an rdma_cm listener on that address (ephemeral port) whose event
+ *    channel is driven by UCX's async context, so connections are accepted
+ *    even when the application never calls progress;
+ *  - the CQs of its data QPs, created by the wireup (wireup/connection.h) on
+ *    the device rdma_cm resolved;
+ *  - the passive connections it accepted (the active ones belong to eps).
+ * The interface is UCT_IFACE_FLAG_CONNECT_TO_IFACE: its address is the
+ * listener's (iface/address.h).
  */
 #ifndef XQP_IFACE_IFACE_H
 #define XQP_IFACE_IFACE_H
 
 #include "compat/ucx.h"
 #include "md/md.h"
+#include "wireup/cm_ops.h"
+#include "wireup/connection.h"
 
+#include <xqp/xqp.h>
+
+#include <list>
+#include <memory>
 #include <string>
+#include <vector>
 
 namespace xqp::iface {
 
 /* UCX_XQP_* interface options */
 struct Config {
     uct_iface_config_t super;
+    int                ece_mode;      /* wireup::EceMode */
+    char              *ece_required;  /* option mask, e.g. 0x1 */
+    char              *ece_desired;
+    char              *ece_local;     /* "auto" or VENDOR:OPTIONS */
+    double             addr_resolve_timeout;
+    double             route_resolve_timeout;
+    unsigned           connect_retries;
+    unsigned           tx_queue_len;
 };
 
 extern ucs_config_field_t config_table[];
 
-class Iface {
+/* Turns the ECE options into a policy; throws Error(UCS_ERR_INVALID_PARAM)
+ * naming the variable when a value is out of range or malformed. */
+wireup::EcePolicy ece_policy_from_config(const Config &config);
+
+class Iface final : public wireup::ConnectionOwner {
 public:
     struct Handle {
         uct_base_iface_t super;
@@ -33,28 +57,75 @@ public:
 
     Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t *params,
           const Config &config);
-    ~Iface();
+    ~Iface() override;
     Iface(const Iface &) = delete;
     Iface &operator=(const Iface &) = delete;
 
-    static Iface *from(uct_iface_h iface)
+    /* nullptr when iface is not an xqp interface */
+    static Iface *from(uct_iface_h iface);
+    static Iface *from_unchecked(uct_iface_h iface)
     {
         return reinterpret_cast<Handle *>(iface)->owner;
     }
 
     uct_iface_h handle() { return &handle_.super.super; }
+    uct_base_iface_t *base() { return &handle_.super; }
+    ucs_async_context_t *async() const { return async_; }
+    uct_worker_h worker() const { return worker_; }
+
     void query(uct_iface_attr_t *attr);
+    void get_device_address(uint8_t *addr) const;
+    void get_address(uint8_t *addr) const;
+    bool is_reachable(const uint8_t *dev_addr, const uint8_t *iface_addr) const;
 
     const std::string &resource_name() const { return resource_name_; }
-    unsigned port() const { return port_; }
+    const wireup::WireupConfig &wireup_config() const { return wireup_config_; }
+    wireup::CmOps &cm() { return *cm_; }
+    wireup::EceProvider &ece_provider() { return ece_provider_; }
+    uint32_t next_conn_id() { return ++conn_seq_; }
+
+    /* introspection (include/xqp/xqp.h) */
+    int passive_count() const;
+    int passive_info(unsigned index, xqp_wireup_info_t *info) const;
+
+    /* wireup::ConnectionOwner, for passive connections */
+    void on_established(wireup::Connection &conn) override;
+    void on_failed(wireup::Connection &conn) override;
+    void on_closed(wireup::Connection &conn) override;
+    void on_log(wireup::Connection &conn, const std::string &line) override;
 
 private:
-    Handle            handle_;
-    md::MemoryDomain *md_;
-    std::string       resource_name_;
-    unsigned          port_;
-    double            bandwidth_; /* bytes/s of the port */
+    static void cm_event_handler(int id, ucs_event_set_types_t events, void *arg);
+    void progress_cm_events();
+    void record_passive(wireup::Connection &conn);
+
+    Handle              handle_;
+    md::MemoryDomain   *md_;
+    uct_worker_h        worker_;
+    ucs_async_context_t *async_;
+    std::string         resource_name_;
+    unsigned            port_num_  = 0;
+    double              bandwidth_ = 0; /* bytes/s of the port */
+    sockaddr_storage    listen_addr_ = {};
+    wireup::WireupConfig wireup_config_;
+
+    verbs::EventChannel channel_;
+    verbs::CmId         listener_;
+    verbs::Cq           send_cq_;
+    verbs::Cq           recv_cq_;
+    std::unique_ptr<wireup::RdmaCmOps> cm_;
+    wireup::VerbsEceProvider ece_provider_;
+    bool                async_handler_ = false;
+    uint32_t            conn_seq_      = 0;
+
+    /* passive connections, and what each one ended with */
+    std::list<std::unique_ptr<wireup::Connection>> passive_;
+    std::vector<xqp_wireup_info_t>                 passive_infos_;
+    std::vector<const wireup::Connection *>        passive_slots_;
 };
+
+/* Fills an introspection record from a connection. */
+void fill_wireup_info(const wireup::Connection &conn, xqp_wireup_info_t *info);
 
 /* The transport definition registered with the component. */
 extern uct_tl_t tl;

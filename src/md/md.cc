@@ -69,21 +69,22 @@ static uct_md_ops_t md_ops = {
     /* detect_memory_type     */ compat::unsupported<uct_md_detect_memory_type_func_t>,
 };
 
-static verbs::Context open_device(const std::string &name)
+/*
+ * The device's verbs context as librdmacm opened it: the data QPs are
+ * created on cm_id->verbs, so the protection domain, the CQs and every
+ * memory registration must come from that same context.
+ */
+static ibv_context *cm_device_context(const std::string &name, verbs::CmDeviceList *list)
 {
     int num = 0;
-    verbs::DeviceList list(ibv_get_device_list(&num));
-    if (!list) {
+    list->reset(rdma_get_devices(&num));
+    if (!*list) {
         throw Error(UCS_ERR_NO_DEVICE, "no RDMA device named '" + name + "': " +
-                                       errno_message("ibv_get_device_list", errno));
+                                       errno_message("rdma_get_devices", errno));
     }
     for (int i = 0; i < num; ++i) {
-        if (name == ibv_get_device_name(list.get()[i])) {
-            verbs::Context ctx(ibv_open_device(list.get()[i]));
-            if (!ctx) {
-                throw_errno("ibv_open_device(" + name + ")", errno);
-            }
-            return ctx;
+        if (name == ibv_get_device_name(list->get()[i]->device)) {
+            return list->get()[i];
         }
     }
     throw Error(UCS_ERR_NO_DEVICE, "no RDMA device named '" + name + "'");
@@ -111,10 +112,15 @@ static topo::DeviceLocality find_locality(const std::string &device_name, const 
 
 MemoryDomain::MemoryDomain(uct_component_t *component, const std::string &device_name,
                            const Config &config)
-    : handle_{}, device_name_(device_name), context_(open_device(device_name)),
+    : handle_{}, device_name_(device_name),
+      context_(cm_device_context(device_name, &cm_devices_)),
+      pd_(ibv_alloc_pd(context_)),
       locality_(find_locality(device_name, config)),
       sys_device_(compat::sys_device_from_bus_id(locality_.pci_bus_id))
 {
+    if (!pd_) {
+        throw_errno("ibv_alloc_pd(" + device_name + ")", errno);
+    }
     handle_.super.ops       = &md_ops;
     handle_.super.component = component;
     handle_.owner           = this;

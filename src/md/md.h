@@ -41,7 +41,8 @@ public:
 
     uct_md_h handle() { return &handle_.super; }
     const std::string &device_name() const { return device_name_; }
-    ibv_context *context() const { return context_.get(); }
+    ibv_context *context() const { return context_; }
+    ibv_pd *pd() const { return pd_.get(); }
 
     void query(compat::md_attr_t *attr) const;
 
@@ -52,7 +53,9 @@ public:
 private:
     Handle             handle_;
     std::string        device_name_;
-    verbs::Context     context_;
+    verbs::CmDeviceList cm_devices_;  /* keeps context_ open */
+    ibv_context        *context_;
+    verbs::Pd          pd_;
     topo::DeviceLocality locality_;
     ucs_sys_device_t   sys_device_;
     ucs_cpu_set_t      local_cpus_;

@@ -28,7 +28,24 @@ struct CmIdDeleter {
     void operator()(rdma_cm_id *id) const noexcept { rdma_destroy_id(id); }
 };
 
+struct CmDeviceListDeleter {
+    void operator()(ibv_context **list) const noexcept { rdma_free_devices(list); }
+};
+struct PdDeleter {
+    void operator()(ibv_pd *pd) const noexcept { ibv_dealloc_pd(pd); }
+};
+struct CqDeleter {
+    void operator()(ibv_cq *cq) const noexcept { ibv_destroy_cq(cq); }
+};
+struct CompChannelDeleter {
+    void operator()(ibv_comp_channel *ch) const noexcept { ibv_destroy_comp_channel(ch); }
+};
+
 using DeviceList   = std::unique_ptr<ibv_device *, DeviceListDeleter>;
+using CmDeviceList = std::unique_ptr<ibv_context *, CmDeviceListDeleter>;
+using Pd           = std::unique_ptr<ibv_pd, PdDeleter>;
+using Cq           = std::unique_ptr<ibv_cq, CqDeleter>;
+using CompChannel  = std::unique_ptr<ibv_comp_channel, CompChannelDeleter>;
 using Context      = std::unique_ptr<ibv_context, ContextDeleter>;
 using EventChannel = std::unique_ptr<rdma_event_channel, EventChannelDeleter>;
 using CmId         = std::unique_ptr<rdma_cm_id, CmIdDeleter>;

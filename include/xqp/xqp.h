@@ -1,0 +1,65 @@
+/*
+ * xqp - introspection API of the xqp UCX transport plugin.
+ *
+ * UCT has no call that reports how a connection was established, so the
+ * plugin exports these for tools and tests (look them up with dlsym when
+ * the plugin is preloaded or loaded as a UCX module). Every function checks
+ * that the handle belongs to xqp.
+ */
+#ifndef XQP_XQP_H
+#define XQP_XQP_H
+
+#include <stdint.h>
+#include <uct/api/uct.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define XQP_API __attribute__((visibility("default")))
+
+typedef enum {
+    XQP_CONN_IDLE,
+    XQP_CONN_RESOLVING_ADDR,
+    XQP_CONN_RESOLVING_ROUTE,
+    XQP_CONN_CONNECTING,
+    XQP_CONN_ACCEPTING,
+    XQP_CONN_CONNECTED,
+    XQP_CONN_FAILED,
+    XQP_CONN_CLOSED
+} xqp_conn_state_t;
+
+typedef struct {
+    uint32_t vendor_id; /* 0: none */
+    uint32_t options;
+} xqp_ece_t;
+
+typedef struct {
+    int       state;         /* xqp_conn_state_t */
+    unsigned  attempts;      /* connection attempts made (fresh cm_id + QP each) */
+    int       status;        /* ucs_status_t of a failure, UCS_OK otherwise */
+    int       reject_reason; /* CM status of a REJECTED event (35: ECE), 0 if none */
+    xqp_ece_t ece_sent;      /* given to rdma_set_local_ece */
+    xqp_ece_t ece_received;  /* returned by rdma_get_remote_ece */
+    xqp_ece_t ece_agreed;    /* the agreement given to ibv_set_ece */
+    int       ece_applied;   /* ibv_set_ece accepted it */
+    int       ece_set_err;   /* its error otherwise (EOPNOTSUPP on rxe) */
+    uint32_t  qp_num;        /* our data QP */
+    char      error[192];    /* why it failed */
+} xqp_wireup_info_t;
+
+/* The active connection of an xqp endpoint. 0, or -EINVAL for a foreign ep. */
+XQP_API int xqp_ep_wireup_info(uct_ep_h ep, xqp_wireup_info_t *info);
+
+/* Passive connections an xqp interface accepted or rejected, in arrival
+ * order (kept after they close). 0, -EINVAL, or -ENOENT past the end. */
+XQP_API int xqp_iface_passive_info(uct_iface_h iface, unsigned index, xqp_wireup_info_t *info);
+
+/* How many passive connection requests the interface has handled. */
+XQP_API int xqp_iface_passive_count(uct_iface_h iface);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

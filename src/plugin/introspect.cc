@@ -1,0 +1,47 @@
+/*
+ * xqp - the exported introspection API (include/xqp/xqp.h).
+ */
+#include "ep/ep.h"
+#include "iface/iface.h"
+
+#include <xqp/xqp.h>
+
+#include <cerrno>
+
+extern "C" {
+
+XQP_API int xqp_ep_wireup_info(uct_ep_h ep, xqp_wireup_info_t *info)
+{
+    auto *endpoint = xqp::ep::Endpoint::from(ep);
+    if ((endpoint == nullptr) || (info == nullptr)) {
+        return -EINVAL;
+    }
+    endpoint->wireup_info(info);
+    return 0;
+}
+
+XQP_API int xqp_iface_passive_info(uct_iface_h iface, unsigned index, xqp_wireup_info_t *info)
+{
+    auto *xiface = xqp::iface::Iface::from(iface);
+    if ((xiface == nullptr) || (info == nullptr)) {
+        return -EINVAL;
+    }
+    UCS_ASYNC_BLOCK(xiface->async());
+    const int ret = xiface->passive_info(index, info);
+    UCS_ASYNC_UNBLOCK(xiface->async());
+    return ret;
+}
+
+XQP_API int xqp_iface_passive_count(uct_iface_h iface)
+{
+    auto *xiface = xqp::iface::Iface::from(iface);
+    if (xiface == nullptr) {
+        return -EINVAL;
+    }
+    UCS_ASYNC_BLOCK(xiface->async());
+    const int count = xiface->passive_count();
+    UCS_ASYNC_UNBLOCK(xiface->async());
+    return count;
+}
+
+} // extern "C"

@@ -1,0 +1,141 @@
+#include "wireup/cm_ops.h"
+
+#include <cerrno>
+#include <cstring>
+
+namespace xqp::wireup {
+
+/* librdmacm returns -1 and sets errno */
+static int cm_result(int ret)
+{
+    return (ret == 0) ? 0 : ((errno != 0) ? errno : EIO);
+}
+
+int RdmaCmOps::create_id(void *context, rdma_cm_id **id)
+{
+    return cm_result(rdma_create_id(channel_, id, context, RDMA_PS_TCP));
+}
+
+int RdmaCmOps::resolve_addr(rdma_cm_id *id, const sockaddr *dst, int timeout_ms)
+{
+    return cm_result(rdma_resolve_addr(id, nullptr, const_cast<sockaddr *>(dst), timeout_ms));
+}
+
+int RdmaCmOps::resolve_route(rdma_cm_id *id, int timeout_ms)
+{
+    return cm_result(rdma_resolve_route(id, timeout_ms));
+}
+
+int RdmaCmOps::set_local_ece(rdma_cm_id *id, const Ece &ece)
+{
+    ibv_ece e = {};
+    e.vendor_id = ece.vendor_id;
+    e.options   = ece.options;
+    return cm_result(rdma_set_local_ece(id, &e));
+}
+
+int RdmaCmOps::get_remote_ece(rdma_cm_id *id, Ece *ece)
+{
+    ibv_ece e = {};
+    const int ret = cm_result(rdma_get_remote_ece(id, &e));
+    ece->vendor_id = (ret == 0) ? e.vendor_id : 0;
+    ece->options   = (ret == 0) ? e.options : 0;
+    return ret;
+}
+
+static rdma_conn_param to_conn_param(const ConnParams &p)
+{
+    rdma_conn_param param     = {};
+    param.private_data        = p.private_data;
+    param.private_data_len    = p.private_data_len;
+    param.responder_resources = p.responder_resources;
+    param.initiator_depth     = p.initiator_depth;
+    param.retry_count         = p.retry_count;
+    param.rnr_retry_count     = p.rnr_retry_count;
+    param.qp_num              = p.qp_num;
+    param.flow_control        = 1;
+    return param;
+}
+
+int RdmaCmOps::connect(rdma_cm_id *id, const ConnParams &params)
+{
+    rdma_conn_param param = to_conn_param(params);
+    param.srq             = (shape_.srq != nullptr) ? 1 : 0;
+    return cm_result(rdma_connect(id, &param));
+}
+
+int RdmaCmOps::establish(rdma_cm_id *id)
+{
+    return cm_result(rdma_establish(id));
+}
+
+int RdmaCmOps::accept(rdma_cm_id *id, const ConnParams &params)
+{
+    rdma_conn_param param = to_conn_param(params);
+    param.srq             = (shape_.srq != nullptr) ? 1 : 0;
+    return cm_result(rdma_accept(id, &param));
+}
+
+int RdmaCmOps::reject(rdma_cm_id *id)
+{
+    return cm_result(rdma_reject(id, nullptr, 0));
+}
+
+int RdmaCmOps::reject_ece(rdma_cm_id *id)
+{
+    return cm_result(rdma_reject_ece(id, nullptr, 0));
+}
+
+int RdmaCmOps::disconnect(rdma_cm_id *id)
+{
+    return cm_result(rdma_disconnect(id));
+}
+
+void RdmaCmOps::destroy_id(rdma_cm_id *id)
+{
+    rdma_destroy_id(id);
+}
+
+int RdmaCmOps::create_qp(rdma_cm_id *id, ibv_qp **qp)
+{
+    if ((id->verbs == nullptr) || (id->verbs != shape_.pd->context)) {
+        /* the data QP must live on the device rdma_cm resolved */
+        return ENODEV;
+    }
+    ibv_qp_init_attr attr = {};
+    attr.send_cq          = shape_.send_cq;
+    attr.recv_cq          = shape_.recv_cq;
+    attr.srq              = shape_.srq;
+    attr.qp_type          = IBV_QPT_RC;
+    attr.sq_sig_all       = 0;
+    attr.cap.max_send_wr     = shape_.max_send_wr;
+    attr.cap.max_recv_wr     = (shape_.srq != nullptr) ? 0 : shape_.max_recv_wr;
+    attr.cap.max_send_sge    = shape_.max_send_sge;
+    attr.cap.max_recv_sge    = shape_.max_recv_sge;
+    attr.cap.max_inline_data = shape_.max_inline_data;
+    *qp = ibv_create_qp(shape_.pd, &attr);
+    return (*qp != nullptr) ? 0 : ((errno != 0) ? errno : ENOMEM);
+}
+
+int RdmaCmOps::modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state)
+{
+    ibv_qp_attr attr = {};
+    int mask         = 0;
+    attr.qp_state    = state;
+    if (rdma_init_qp_attr(id, &attr, &mask) != 0) {
+        return cm_result(-1);
+    }
+    if (state == IBV_QPS_INIT) {
+        /* rdma_cm grants local write only; the data path needs RDMA */
+        attr.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                IBV_ACCESS_REMOTE_ATOMIC;
+    }
+    return ibv_modify_qp(qp, &attr, mask);
+}
+
+void RdmaCmOps::destroy_qp(ibv_qp *qp)
+{
+    ibv_destroy_qp(qp);
+}
+
+} // namespace xqp::wireup

@@ -1,0 +1,367 @@
+#include "wireup/connection.h"
+
+#include <cstring>
+
+namespace xqp::wireup {
+
+const char *to_string(ConnState state)
+{
+    switch (state) {
+    case ConnState::Idle:           return "idle";
+    case ConnState::ResolvingAddr:  return "resolving address";
+    case ConnState::ResolvingRoute: return "resolving route";
+    case ConnState::Connecting:     return "connecting";
+    case ConnState::Accepting:      return "accepting";
+    case ConnState::Connected:      return "connected";
+    case ConnState::Failed:         return "failed";
+    case ConnState::Closed:         return "closed";
+    }
+    return "?";
+}
+
+static std::string errstr(const char *what, int err)
+{
+    return std::string(what) + ": " + std::strerror(err);
+}
+
+Connection::Connection(CmOps &cm, EceProvider &ece_provider, const WireupConfig &config,
+                       ConnectionOwner &owner, uint32_t conn_id)
+    : cm_(cm), ece_provider_(ece_provider), config_(config), owner_(owner),
+      ece_(config.ece, ece_provider), conn_id_(conn_id)
+{
+}
+
+Connection::~Connection()
+{
+    disconnect();
+    teardown();
+}
+
+void Connection::teardown()
+{
+    if (qp_ != nullptr) {
+        cm_.destroy_qp(qp_);
+        qp_ = nullptr;
+    }
+    if (id_ != nullptr) {
+        cm_.destroy_id(id_);
+        id_ = nullptr;
+    }
+}
+
+void Connection::disconnect()
+{
+    if ((state_ == ConnState::Connected) && (id_ != nullptr)) {
+        cm_.disconnect(id_);
+        state_ = ConnState::Closed;
+    }
+}
+
+void Connection::fail(ucs_status_t status, const std::string &reason)
+{
+    status_ = status;
+    error_  = reason;
+    state_  = ConnState::Failed;
+    teardown();
+    owner_.on_failed(*this);
+}
+
+void Connection::attempt_failed(const std::string &reason)
+{
+    teardown();
+    if (attempts_ <= config_.max_retries) {
+        owner_.on_log(*this, "attempt " + std::to_string(attempts_) + " failed: " + reason +
+                             "; retrying with a new cm_id");
+        start_attempt();
+        return;
+    }
+    fail(UCS_ERR_UNREACHABLE, reason + " (after " + std::to_string(attempts_) + " attempts)");
+}
+
+/* ------------------------------------------------------------------ active */
+
+void Connection::connect(const sockaddr_storage &dst)
+{
+    active_   = true;
+    dst_      = dst;
+    attempts_ = 0;
+    start_attempt();
+}
+
+void Connection::start_attempt()
+{
+    ++attempts_;
+    state_  = ConnState::ResolvingAddr;
+    int err = cm_.create_id(this, &id_);
+    if (err != 0) {
+        id_ = nullptr;
+        fail(UCS_ERR_IO_ERROR, errstr("rdma_create_id", err));
+        return;
+    }
+    err = cm_.resolve_addr(id_, reinterpret_cast<const sockaddr *>(&dst_),
+                           config_.addr_timeout_ms);
+    if (err != 0) {
+        attempt_failed(errstr("rdma_resolve_addr", err));
+    }
+}
+
+ConnParams Connection::conn_params(uint8_t *buf, Hello::Kind kind, uint32_t conn_id)
+{
+    Hello hello;
+    hello.kind        = kind;
+    hello.conn_id     = conn_id;
+    hello.iface_uuid  = config_.iface_uuid;
+    hello.credits     = config_.credits;
+    hello.max_am_size = config_.max_am_size;
+
+    ConnParams params;
+    params.qp_num              = qp_->qp_num;
+    params.responder_resources = config_.responder_resources;
+    params.initiator_depth     = config_.initiator_depth;
+    params.private_data        = buf;
+    params.private_data_len    = static_cast<uint8_t>(encode(hello, buf, kHelloSize));
+    return params;
+}
+
+void Connection::on_route_resolved()
+{
+    /* ibv_create_qp -> ibv_query_ece -> rdma_set_local_ece -> rdma_connect */
+    int err = cm_.create_qp(id_, &qp_);
+    if (err != 0) {
+        qp_ = nullptr;
+        fail(UCS_ERR_NO_RESOURCE, errstr("ibv_create_qp", err));
+        return;
+    }
+    const Offer &offer = ece_.prepare_offer(qp_);
+    if (offer.fail) {
+        fail(UCS_ERR_UNSUPPORTED, "ece: " + offer.reason);
+        return;
+    }
+    if (offer.send) {
+        err = cm_.set_local_ece(id_, offer.ece);
+        if (err != 0) {
+            fail(UCS_ERR_IO_ERROR, errstr("rdma_set_local_ece", err));
+            return;
+        }
+    } else if (!offer.reason.empty()) {
+        owner_.on_log(*this, "no ece offered: " + offer.reason);
+    }
+    uint8_t buf[kHelloSize];
+    err = cm_.connect(id_, conn_params(buf, Hello::Kind::Request, conn_id_));
+    if (err != 0) {
+        attempt_failed(errstr("rdma_connect", err));
+        return;
+    }
+    state_ = ConnState::Connecting;
+}
+
+bool Connection::modify_to_rts(std::string *reason)
+{
+    static const struct {
+        ibv_qp_state state;
+        const char  *name;
+    } steps[] = {{IBV_QPS_INIT, "INIT"}, {IBV_QPS_RTR, "RTR"}, {IBV_QPS_RTS, "RTS"}};
+    for (const auto &step : steps) {
+        const int err = cm_.modify_qp(id_, qp_, step.state);
+        if (err != 0) {
+            *reason = std::string("ibv_modify_qp(") + step.name + "): " + std::strerror(err);
+            return false;
+        }
+    }
+    return true;
+}
+
+void Connection::on_connect_response(const CmEvent &event)
+{
+    std::string why;
+    auto hello = decode(event.private_data.data(), event.private_data.size(), &why);
+    if (!hello || (hello->kind != Hello::Kind::Reply) || (hello->conn_id != conn_id_)) {
+        if (hello) {
+            why = "reply does not match: " + to_string(*hello) + ", expected reply to conn " +
+                  std::to_string(conn_id_);
+        }
+        cm_.disconnect(id_);
+        fail(UCS_ERR_INVALID_ADDR, "malformed connect response from the peer: " + why);
+        return;
+    }
+    peer_hello_ = *hello;
+
+    /* rdma_get_remote_ece -> ibv_set_ece -> RTR/RTS -> rdma_establish */
+    Ece reply;
+    if (cm_.get_remote_ece(id_, &reply) != 0) {
+        reply = Ece{};
+    }
+    const ActiveDecision decision = ece_.on_response(qp_, reply);
+    if (!decision.ok) {
+        cm_.disconnect(id_);
+        fail(UCS_ERR_UNSUPPORTED, "ece: " + decision.reason);
+        return;
+    }
+    if (!modify_to_rts(&why)) {
+        cm_.disconnect(id_);
+        fail(UCS_ERR_IO_ERROR, why);
+        return;
+    }
+    const int err = cm_.establish(id_);
+    if (err != 0) {
+        cm_.disconnect(id_);
+        fail(UCS_ERR_IO_ERROR, errstr("rdma_establish", err));
+        return;
+    }
+    established();
+}
+
+void Connection::established()
+{
+    state_ = ConnState::Connected;
+    owner_.on_log(*this, std::string(active_ ? "active" : "passive") + " connection " +
+                         std::to_string(conn_id_) + " established, qp " +
+                         std::to_string(qp_->qp_num) + ", ece: " + to_string(ece_.result()));
+    owner_.on_established(*this);
+}
+
+/* ------------------------------------------------------------------ passive */
+
+void Connection::accept_request(const CmEvent &request)
+{
+    active_   = false;
+    attempts_ = 1;
+    state_    = ConnState::Accepting;
+    id_       = request.id;
+    id_->context = this;
+
+    std::string why;
+    auto hello = decode(request.private_data.data(), request.private_data.size(), &why);
+    if (!hello || (hello->kind != Hello::Kind::Request)) {
+        if (hello) {
+            why = "not a request: " + to_string(*hello);
+        }
+        cm_.reject(id_);
+        fail(UCS_ERR_INVALID_ADDR, "rejected a malformed connect request: " + why);
+        return;
+    }
+    peer_hello_ = *hello;
+    conn_id_    = hello->conn_id;
+
+    /* ibv_create_qp -> rdma_get_remote_ece -> ibv_set_ece -> INIT/RTR/RTS
+     * -> ibv_query_ece -> rdma_set_local_ece -> rdma_accept */
+    int err = cm_.create_qp(id_, &qp_);
+    if (err != 0) {
+        qp_ = nullptr;
+        cm_.reject(id_);
+        fail(UCS_ERR_NO_RESOURCE, errstr("ibv_create_qp", err));
+        return;
+    }
+    Ece remote;
+    if (cm_.get_remote_ece(id_, &remote) != 0) {
+        remote = Ece{};
+    }
+    const PassiveDecision decision = ece_.on_request(qp_, remote);
+    if (!decision.accept) {
+        cm_.reject_ece(id_);
+        reject_reason_ = kRejectEceStatus;
+        fail(UCS_ERR_REJECTED, "rejected (ece): " + decision.reason);
+        return;
+    }
+    if (!modify_to_rts(&why)) {
+        cm_.reject(id_);
+        fail(UCS_ERR_IO_ERROR, why);
+        return;
+    }
+    const Ece reply = ece_.reply(qp_);
+    if (reply.present()) {
+        err = cm_.set_local_ece(id_, reply);
+        if (err != 0) {
+            cm_.reject(id_);
+            fail(UCS_ERR_IO_ERROR, errstr("rdma_set_local_ece", err));
+            return;
+        }
+    }
+    uint8_t buf[kHelloSize];
+    err = cm_.accept(id_, conn_params(buf, Hello::Kind::Reply, conn_id_));
+    if (err != 0) {
+        fail(UCS_ERR_IO_ERROR, errstr("rdma_accept", err));
+    }
+}
+
+/* ------------------------------------------------------------------ events */
+
+void Connection::on_event(const CmEvent &event)
+{
+    switch (event.type) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+        if (state_ == ConnState::ResolvingAddr) {
+            state_        = ConnState::ResolvingRoute;
+            const int err = cm_.resolve_route(id_, config_.route_timeout_ms);
+            if (err != 0) {
+                attempt_failed(errstr("rdma_resolve_route", err));
+            }
+        }
+        return;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED:
+        if (state_ == ConnState::ResolvingRoute) {
+            on_route_resolved();
+        }
+        return;
+    case RDMA_CM_EVENT_CONNECT_RESPONSE:
+        if (state_ == ConnState::Connecting) {
+            on_connect_response(event);
+        }
+        return;
+    case RDMA_CM_EVENT_ESTABLISHED:
+        if (state_ == ConnState::Accepting) {
+            established();
+        }
+        return;
+    case RDMA_CM_EVENT_REJECTED:
+        if (state_ == ConnState::Accepting) {
+            /* the active side rejected our REP (or destroyed its id, which
+             * sends a REJ): this connection will never be established */
+            reject_reason_ = event.status;
+            fail(UCS_ERR_CONNECTION_RESET,
+                 "the peer rejected the connection while it was being accepted "
+                 "(reject reason " + std::to_string(event.status) + ")");
+        } else if (state_ == ConnState::Connecting) {
+            reject_reason_ = event.status;
+            if (event.status == kRejectEceStatus) {
+                fail(UCS_ERR_REJECTED, "the peer rejected the connection: its ece options "
+                                       "cannot be met (reject reason 35)");
+            } else {
+                attempt_failed("the peer rejected the connection (reject reason " +
+                               std::to_string(event.status) + ")");
+            }
+        }
+        return;
+    case RDMA_CM_EVENT_ADDR_ERROR:
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+    case RDMA_CM_EVENT_UNREACHABLE:
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+        if (state_ == ConnState::Accepting) {
+            fail(UCS_ERR_IO_ERROR, std::string("passive connection failed: ") +
+                                   rdma_event_str(event.type));
+        } else if ((state_ == ConnState::ResolvingAddr) ||
+                   (state_ == ConnState::ResolvingRoute) || (state_ == ConnState::Connecting)) {
+            attempt_failed(std::string(rdma_event_str(event.type)) + " (status " +
+                           std::to_string(event.status) + ")");
+        }
+        return;
+    case RDMA_CM_EVENT_DISCONNECTED:
+        if ((state_ == ConnState::Connected) || (state_ == ConnState::Accepting)) {
+            cm_.disconnect(id_); /* completes the disconnect handshake */
+            state_ = ConnState::Closed;
+            owner_.on_closed(*this);
+        }
+        return;
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+        if ((state_ != ConnState::Failed) && (state_ != ConnState::Closed)) {
+            fail(UCS_ERR_ENDPOINT_TIMEOUT, "rdma device removed");
+        }
+        return;
+    default:
+        owner_.on_log(*this, std::string("ignoring ") + rdma_event_str(event.type) +
+                             " in state " + to_string(state_));
+        return;
+    }
+}
+
+} // namespace xqp::wireup

@@ -1,0 +1,140 @@
+/*
+ * xqp - the wireup state machine of one RC connection (active or passive).
+ *
+ * It drives rdma_cm and the ECE negotiation in the order of
+ * rdma_set_local_ece(3) / rdma_get_remote_ece(3), through the CmOps and
+ * EceProvider seams. The owner (an endpoint for the active side, the
+ * interface for the passive side) feeds it the rdma_cm events of its id and
+ * hears about the outcome through ConnectionOwner.
+ *
+ *   active:  Idle -> ResolvingAddr -> ResolvingRoute -> Connecting -> Connected
+ *            (each failure before Connected retries with a fresh cm_id and QP,
+ *             at most max_retries times; an ECE reject is final)
+ *   passive: Accepting -> Connected      (or Failed after a reject)
+ *   both:    Connected -> Closed on DISCONNECTED; Failed on errors
+ */
+#ifndef XQP_WIREUP_CONNECTION_H
+#define XQP_WIREUP_CONNECTION_H
+
+#include "wireup/cm_ops.h"
+#include "wireup/ece.h"
+#include "wireup/private_data.h"
+
+#include <ucs/type/status.h>
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace xqp::wireup {
+
+/* The CM's reject status for "ECE options not supported" (rdma_reject_ece). */
+constexpr int kRejectEceStatus = 35;
+
+struct WireupConfig {
+    EcePolicy ece;
+    int       addr_timeout_ms  = 2000;
+    int       route_timeout_ms = 2000;
+    unsigned  max_retries      = 3;
+    /* what this side tells the peer in its Hello */
+    uint64_t  iface_uuid  = 0;
+    uint16_t  credits     = 0;
+    uint32_t  max_am_size = 1;
+    uint8_t   responder_resources = 1;
+    uint8_t   initiator_depth     = 1;
+};
+
+enum class ConnState {
+    Idle, ResolvingAddr, ResolvingRoute, Connecting, Accepting, Connected, Failed, Closed
+};
+const char *to_string(ConnState state);
+
+/* An rdma_cm event, copied before rdma_ack_cm_event. */
+struct CmEvent {
+    rdma_cm_event_type   type   = RDMA_CM_EVENT_ADDR_RESOLVED;
+    int                  status = 0;
+    rdma_cm_id          *id     = nullptr;
+    std::vector<uint8_t> private_data;
+};
+
+class Connection;
+
+class ConnectionOwner {
+public:
+    virtual ~ConnectionOwner() = default;
+    virtual void on_established(Connection &conn) = 0;
+    /* the connection failed for good (no more retries) or closed */
+    virtual void on_failed(Connection &conn) = 0;
+    virtual void on_closed(Connection &conn) = 0;
+    /* one line for the debug log */
+    virtual void on_log(Connection &conn, const std::string &line) = 0;
+};
+
+class Connection {
+public:
+    Connection(CmOps &cm, EceProvider &ece_provider, const WireupConfig &config,
+               ConnectionOwner &owner, uint32_t conn_id);
+    ~Connection();
+    Connection(const Connection &) = delete;
+    Connection &operator=(const Connection &) = delete;
+
+    /* active side: start connecting to dst (an AF_INET/AF_INET6 address) */
+    void connect(const sockaddr_storage &dst);
+
+    /* passive side: take over the new cm_id of a CONNECT_REQUEST */
+    void accept_request(const CmEvent &request);
+
+    /* any later rdma_cm event of this connection's id */
+    void on_event(const CmEvent &event);
+
+    /* rdma_disconnect when connected (idempotent) */
+    void disconnect();
+
+    ConnState          state() const { return state_; }
+    bool               active() const { return active_; }
+    uint32_t           conn_id() const { return conn_id_; }
+    unsigned           attempts() const { return attempts_; }
+    ucs_status_t       status() const { return status_; }
+    int                reject_reason() const { return reject_reason_; }
+    const std::string &error() const { return error_; }
+    const EceResult   &ece_result() const { return ece_.result(); }
+    const Hello       &peer_hello() const { return peer_hello_; }
+    ibv_qp            *qp() const { return qp_; }
+    rdma_cm_id        *id() const { return id_; }
+
+private:
+    void start_attempt();
+    void teardown();
+    /* retryable failure of the current attempt */
+    void attempt_failed(const std::string &reason);
+    /* final failure */
+    void fail(ucs_status_t status, const std::string &reason);
+    void established();
+    bool modify_to_rts(std::string *reason);
+    void on_route_resolved();
+    void on_connect_response(const CmEvent &event);
+    ConnParams conn_params(uint8_t *buf, Hello::Kind kind, uint32_t conn_id);
+
+    CmOps             &cm_;
+    EceProvider       &ece_provider_;
+    WireupConfig       config_;
+    ConnectionOwner   &owner_;
+    EceNegotiator      ece_;
+    bool               active_ = true;
+    uint32_t           conn_id_;
+    ConnState          state_ = ConnState::Idle;
+    sockaddr_storage   dst_   = {};
+    rdma_cm_id        *id_    = nullptr;
+    ibv_qp            *qp_    = nullptr;
+    unsigned           attempts_ = 0;
+    ucs_status_t       status_   = UCS_OK;
+    int                reject_reason_ = 0;
+    std::string        error_;
+    Hello              peer_hello_ = {};
+};
+
+} // namespace xqp::wireup
+
+#endif

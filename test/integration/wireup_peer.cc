@@ -1,0 +1,465 @@
+/*
+ * xqp_wireup_peer - one side of an xqp connection test, through the public
+ * UCT API plus the plugin's introspection API (include/xqp/xqp.h).
+ *
+ *   xqp_wireup_peer --dev rxe0:1 --addr-file FILE [options]
+ *
+ * Opens an xqp interface, writes its address to --addr-file, optionally
+ * connects --eps N endpoints to the address in --connect-to FILE, and
+ * progresses until every endpoint has connected or failed and
+ * --expect-passive connection requests were handled. Then prints one line
+ * per connection (parsed by test/integration/suite.sh), checks the outcome
+ * against --expect, touches --done-file and waits for --wait-for (so that
+ * neither side tears its connections down while the other still checks).
+ *
+ *   --expect connected|rejected   what every endpoint must end as
+ *   --pending                     queue one pending request per endpoint
+ *                                 before it connects; each must run once
+ *   --check-leaks                 QP, cm_id and fd counts of this process
+ *                                 must return to their values before the
+ *                                 endpoints once they are destroyed
+ *   --timeout SECONDS             give up (default 120)
+ *
+ * Exit status 0 when every check passed.
+ */
+#include <xqp/xqp.h>
+
+#include <uct/api/uct.h>
+#include <ucs/async/async_fwd.h>
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct Options {
+    std::string dev, addr_file, connect_to, expect = "connected", done_file, wait_for;
+    unsigned    eps = 0, expect_passive = 0;
+    bool        pending = false, check_leaks = false;
+    double      timeout = 120;
+};
+
+[[noreturn]] void die(const std::string &msg)
+{
+    std::cerr << "xqp_wireup_peer: " << msg << std::endl;
+    std::exit(1);
+}
+
+void check(ucs_status_t status, const char *what)
+{
+    if (status != UCS_OK) {
+        die(std::string(what) + ": " + ucs_status_string(status));
+    }
+}
+
+std::string hex(const std::vector<uint8_t> &bytes)
+{
+    std::string out;
+    char b[3];
+    for (auto v : bytes) {
+        std::snprintf(b, sizeof(b), "%02x", v);
+        out += b;
+    }
+    return out;
+}
+
+std::vector<uint8_t> unhex(const std::string &text)
+{
+    std::vector<uint8_t> out;
+    for (size_t i = 0; i + 1 < text.size(); i += 2) {
+        out.push_back(static_cast<uint8_t>(std::stoul(text.substr(i, 2), nullptr, 16)));
+    }
+    return out;
+}
+
+bool exists(const std::string &path)
+{
+    return access(path.c_str(), F_OK) == 0;
+}
+
+void touch(const std::string &path)
+{
+    std::ofstream(path + ".tmp") << "done\n";
+    std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
+int count_fds()
+{
+    int n    = 0;
+    DIR *dir = opendir("/proc/self/fd");
+    while (dir && readdir(dir)) {
+        ++n;
+    }
+    if (dir) {
+        closedir(dir);
+    }
+    return n;
+}
+
+/* " pid N " for every thread of this process: the kernel records the
+ * thread that created a resource (QPs come from UCX's async thread) */
+std::vector<std::string> own_pid_tags()
+{
+    std::vector<std::string> tags;
+    DIR *dir = opendir("/proc/self/task");
+    while (dirent *e = dir ? readdir(dir) : nullptr) {
+        if (e->d_name[0] != '.') {
+            tags.push_back(std::string(" pid ") + e->d_name + " ");
+        }
+    }
+    if (dir) {
+        closedir(dir);
+    }
+    return tags;
+}
+
+/* this process' lines in `rdma resource show <what>` */
+int count_rdma_res(const char *what)
+{
+    const auto tags       = own_pid_tags();
+    const std::string cmd = std::string("rdma resource show ") + what + " 2>/dev/null";
+    FILE *p               = popen(cmd.c_str(), "r");
+    if (p == nullptr) {
+        return -1;
+    }
+    char line[1024];
+    int n = 0;
+    while (std::fgets(line, sizeof(line), p) != nullptr) {
+        for (const auto &tag : tags) {
+            if (std::strstr(line, tag.c_str()) != nullptr) {
+                ++n;
+                break;
+            }
+        }
+    }
+    pclose(p);
+    return n;
+}
+
+struct Resources {
+    int fds, qps, cm_ids;
+    bool operator==(const Resources &o) const
+    {
+        return fds == o.fds && qps == o.qps && cm_ids == o.cm_ids;
+    }
+};
+
+Resources measure()
+{
+    return {count_fds(), count_rdma_res("qp"), count_rdma_res("cm_id")};
+}
+
+std::string ece(const xqp_ece_t &e)
+{
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "0x%x:0x%x", e.vendor_id, e.options);
+    return buf;
+}
+
+std::string describe(const xqp_wireup_info_t &i)
+{
+    std::ostringstream s;
+    s << "state " << i.state << " attempts " << i.attempts << " status "
+      << ucs_status_string(static_cast<ucs_status_t>(i.status)) << " reject " << i.reject_reason
+      << " sent " << ece(i.ece_sent) << " received " << ece(i.ece_received) << " agreed "
+      << ece(i.ece_agreed) << " applied " << i.ece_applied << " set_err " << i.ece_set_err
+      << " error \"" << i.error << "\"";
+    return s.str();
+}
+
+unsigned pending_runs = 0;
+
+ucs_status_t pending_cb(uct_pending_req_t *)
+{
+    ++pending_runs;
+    return UCS_OK;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    Options opt;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto next           = [&]() -> std::string {
+            if (i + 1 >= argc) {
+                die("missing value for " + a);
+            }
+            return argv[++i];
+        };
+        if (a == "--dev") opt.dev = next();
+        else if (a == "--addr-file") opt.addr_file = next();
+        else if (a == "--connect-to") opt.connect_to = next();
+        else if (a == "--eps") opt.eps = std::stoul(next());
+        else if (a == "--expect") opt.expect = next();
+        else if (a == "--expect-passive") opt.expect_passive = std::stoul(next());
+        else if (a == "--done-file") opt.done_file = next();
+        else if (a == "--wait-for") opt.wait_for = next();
+        else if (a == "--timeout") opt.timeout = std::stod(next());
+        else if (a == "--pending") opt.pending = true;
+        else if (a == "--check-leaks") opt.check_leaks = true;
+        else die("unknown option " + a);
+    }
+    if (opt.dev.empty() || opt.addr_file.empty()) {
+        die("usage: xqp_wireup_peer --dev DEV:PORT --addr-file FILE [options]");
+    }
+    if ((opt.expect != "connected") && (opt.expect != "rejected")) {
+        die("--expect connected|rejected");
+    }
+    using info_fn    = int (*)(uct_ep_h, xqp_wireup_info_t *);
+    using pinfo_fn   = int (*)(uct_iface_h, unsigned, xqp_wireup_info_t *);
+    using pcount_fn  = int (*)(uct_iface_h);
+    auto ep_info     = reinterpret_cast<info_fn>(dlsym(RTLD_DEFAULT, "xqp_ep_wireup_info"));
+    auto pass_info   = reinterpret_cast<pinfo_fn>(dlsym(RTLD_DEFAULT, "xqp_iface_passive_info"));
+    auto pass_count  = reinterpret_cast<pcount_fn>(dlsym(RTLD_DEFAULT, "xqp_iface_passive_count"));
+    if (!ep_info || !pass_info || !pass_count) {
+        die("the xqp introspection API is not loaded (run under xqp-run)");
+    }
+
+    /* component, md, worker, iface */
+    uct_component_h *components;
+    unsigned num_components;
+    check(uct_query_components(&components, &num_components), "uct_query_components");
+    uct_component_h xqp = nullptr;
+    for (unsigned i = 0; i < num_components; ++i) {
+        uct_component_attr_t attr = {};
+        attr.field_mask           = UCT_COMPONENT_ATTR_FIELD_NAME;
+        check(uct_component_query(components[i], &attr), "uct_component_query");
+        if (std::string(attr.name) == "xqp") {
+            xqp = components[i];
+        }
+    }
+    if (xqp == nullptr) {
+        die("component xqp is not registered");
+    }
+    const std::string md_name = opt.dev.substr(0, opt.dev.rfind(':'));
+    uct_md_config_t *md_config;
+    check(uct_md_config_read(xqp, nullptr, nullptr, &md_config), "uct_md_config_read");
+    uct_md_h md;
+    check(uct_md_open(xqp, md_name.c_str(), md_config, &md), "uct_md_open");
+    uct_config_release(md_config);
+
+    ucs_async_context_t *async;
+    check(ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &async), "async");
+    uct_worker_h worker;
+    check(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker), "uct_worker_create");
+
+    uct_iface_config_t *iface_config;
+    check(uct_md_iface_config_read(md, "xqp", nullptr, nullptr, &iface_config), "iface config");
+    uct_iface_params_t params   = {};
+    params.field_mask           = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE;
+    params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
+    params.mode.device.tl_name  = "xqp";
+    params.mode.device.dev_name = opt.dev.c_str();
+    uct_iface_h iface;
+    check(uct_iface_open(md, worker, &params, iface_config, &iface), "uct_iface_open");
+    uct_config_release(iface_config);
+    uct_iface_progress_enable(iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+
+    uct_iface_attr_t attr;
+    check(uct_iface_query(iface, &attr), "uct_iface_query");
+    std::vector<uint8_t> dev_addr(attr.device_addr_len), iface_addr(attr.iface_addr_len);
+    check(uct_iface_get_device_address(iface, reinterpret_cast<uct_device_addr_t *>(dev_addr.data())),
+          "get_device_address");
+    check(uct_iface_get_address(iface, reinterpret_cast<uct_iface_addr_t *>(iface_addr.data())),
+          "get_address");
+    std::ofstream(opt.addr_file + ".tmp") << hex(dev_addr) << " " << hex(iface_addr) << "\n";
+    std::rename((opt.addr_file + ".tmp").c_str(), opt.addr_file.c_str());
+
+    const auto deadline = clock_type::now() + std::chrono::duration<double>(opt.timeout);
+    auto progress_until = [&](auto done) {
+        while (!done()) {
+            uct_worker_progress(worker);
+            if (clock_type::now() > deadline) {
+                return false;
+            }
+            /* the connections progress on UCX's async thread: poll gently */
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        return true;
+    };
+
+    bool ok = true;
+    std::vector<uct_ep_h> eps;
+    std::vector<uct_pending_req_t> reqs(opt.eps);
+    Resources before{}, during{};
+    double connect_seconds = 0;
+
+    if (opt.eps > 0) {
+        if (!progress_until([&] { return exists(opt.connect_to); })) {
+            die("no peer address in " + opt.connect_to);
+        }
+        std::string dev_hex, iface_hex;
+        std::ifstream(opt.connect_to) >> dev_hex >> iface_hex;
+        const auto peer_dev = unhex(dev_hex), peer_iface = unhex(iface_hex);
+        if (!uct_iface_is_reachable(iface, reinterpret_cast<const uct_device_addr_t *>(peer_dev.data()),
+                                    reinterpret_cast<const uct_iface_addr_t *>(peer_iface.data()))) {
+            std::cout << "peer is not reachable" << std::endl;
+            ok = false;
+        }
+        before = measure();
+
+        const auto t0 = clock_type::now();
+        for (unsigned i = 0; i < opt.eps; ++i) {
+            uct_ep_params_t ep_params = {};
+            ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
+                                   UCT_EP_PARAM_FIELD_IFACE_ADDR;
+            ep_params.iface      = iface;
+            ep_params.dev_addr   = reinterpret_cast<const uct_device_addr_t *>(peer_dev.data());
+            ep_params.iface_addr = reinterpret_cast<const uct_iface_addr_t *>(peer_iface.data());
+            uct_ep_h ep;
+            check(uct_ep_create(&ep_params, &ep), "uct_ep_create");
+            eps.push_back(ep);
+            if (opt.pending) {
+                reqs[i].func = pending_cb;
+                const ucs_status_t st = uct_ep_pending_add(ep, &reqs[i], 0);
+                if (st != UCS_OK) {
+                    std::cout << "pending_add before connection: " << ucs_status_string(st)
+                              << std::endl;
+                    ok = false;
+                }
+            }
+        }
+        /* every ep resolves: flush is OK once connected, an error once failed */
+        const bool resolved = progress_until([&] {
+            for (auto ep : eps) {
+                if (uct_ep_flush(ep, 0, nullptr) == UCS_ERR_NO_RESOURCE) {
+                    return false;
+                }
+            }
+            return true;
+        });
+        connect_seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+        if (!resolved) {
+            std::cout << "timeout: not every endpoint resolved" << std::endl;
+            ok = false;
+        }
+        /* let the one-shot progress callbacks run */
+        for (int i = 0; i < 10; ++i) {
+            uct_worker_progress(worker);
+        }
+        during = measure();
+
+        unsigned connected = 0, rejected = 0;
+        for (unsigned i = 0; i < eps.size(); ++i) {
+            xqp_wireup_info_t info;
+            if (ep_info(eps[i], &info) != 0) {
+                die("xqp_ep_wireup_info refused an xqp endpoint");
+            }
+            if (i < 3) {
+                std::cout << "active " << i << " " << describe(info) << std::endl;
+            }
+            connected += (info.state == XQP_CONN_CONNECTED);
+            rejected  += (info.state == XQP_CONN_FAILED) && (info.status == UCS_ERR_REJECTED) &&
+                        (info.reject_reason == 35) && (info.attempts == 1) &&
+                        (std::strstr(info.error, "reject reason 35") != nullptr) &&
+                        (uct_ep_flush(eps[i], 0, nullptr) == UCS_ERR_REJECTED);
+        }
+        std::printf("summary eps %u connected %u rejected %u seconds %.3f conn_per_sec %.1f\n",
+                    opt.eps, connected, rejected, connect_seconds,
+                    connect_seconds > 0 ? connected / connect_seconds : 0.0);
+        if ((opt.expect == "connected") && (connected != opt.eps)) {
+            ok = false;
+        }
+        if ((opt.expect == "rejected") && (rejected != opt.eps)) {
+            ok = false;
+        }
+        if (opt.pending) {
+            const unsigned want = (opt.expect == "connected") ? opt.eps : 0;
+            std::printf("pending dispatched %u of %u\n", pending_runs, want);
+            ok = ok && (pending_runs == want);
+            for (auto ep : eps) {
+                uct_ep_pending_purge(ep, nullptr, nullptr);
+            }
+        }
+        /* a foreign handle is refused */
+        ok = ok && (ep_info(nullptr, nullptr) == -EINVAL);
+    }
+
+    if (opt.expect_passive > 0) {
+        const bool got = progress_until([&] {
+            if (pass_count(iface) < static_cast<int>(opt.expect_passive)) {
+                return false;
+            }
+            for (unsigned i = 0; i < opt.expect_passive; ++i) {
+                xqp_wireup_info_t info;
+                pass_info(iface, i, &info);
+                if ((info.state != XQP_CONN_CONNECTED) && (info.state != XQP_CONN_FAILED) &&
+                    (info.state != XQP_CONN_CLOSED)) {
+                    return false;
+                }
+            }
+            return true;
+        });
+        if (!got) {
+            std::cout << "timeout: " << pass_count(iface) << " passive connections of "
+                      << opt.expect_passive << std::endl;
+            ok = false;
+        }
+        const int n = pass_count(iface);
+        unsigned connected = 0;
+        for (int i = 0; i < n; ++i) {
+            xqp_wireup_info_t info;
+            pass_info(iface, i, &info);
+            if (i < 3) {
+                std::cout << "passive " << i << " " << describe(info) << std::endl;
+            }
+            connected += (info.state == XQP_CONN_CONNECTED);
+        }
+        std::printf("passive summary requests %d connected %u\n", n, connected);
+    }
+
+    if (!opt.done_file.empty()) {
+        touch(opt.done_file);
+    }
+    if (!opt.wait_for.empty() && !progress_until([&] { return exists(opt.wait_for); })) {
+        std::cout << "timeout waiting for " << opt.wait_for << std::endl;
+        ok = false;
+    }
+
+    for (auto ep : eps) {
+        uct_ep_destroy(ep);
+    }
+    if (opt.check_leaks && (opt.eps > 0)) {
+        Resources after{};
+        /* rdma_destroy_id completes synchronously; give the kernel a moment */
+        for (int i = 0; i < 50; ++i) {
+            after = measure();
+            if (after == before) {
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        std::printf("resources before fds %d qps %d cm_ids %d, with endpoints qps %d cm_ids %d,"
+                    " after fds %d qps %d cm_ids %d\n", before.fds, before.qps, before.cm_ids,
+                    during.qps, during.cm_ids, after.fds, after.qps, after.cm_ids);
+        /* the counters must see the connections' QPs and cm_ids (the listener
+         * has one cm_id), else the comparison proves nothing */
+        const int live = (opt.expect == "connected") ? static_cast<int>(opt.eps) : 0;
+        ok = ok && (after == before) && (before.cm_ids >= 1) &&
+             (during.qps >= before.qps + live) && (during.cm_ids >= before.cm_ids + live);
+    }
+
+    uct_iface_close(iface);
+    uct_worker_destroy(worker);
+    ucs_async_context_destroy(async);
+    uct_md_close(md);
+    uct_release_component_list(components);
+    std::printf("result %s\n", ok ? "ok" : "FAILED");
+    return ok ? 0 : 1;
+}
