@@ -173,9 +173,18 @@ static int iface_is_reachable(const uct_iface_h tl_iface, const uct_device_addr_
             reinterpret_cast<const uint8_t *>(iface_addr));
 }
 
-static unsigned iface_progress(uct_iface_h)
+static unsigned iface_progress(uct_iface_h tl_iface)
 {
-    return 0; /* connections progress on the async context; no data path yet */
+    /* connections progress on UCX's async context; rdma_cm events it could
+     * not deliver while the application held the context are run here */
+    ucs_async_context_t *async = Iface::from_unchecked(tl_iface)->async();
+    if (ucs_likely(ucs_mpmc_queue_is_empty(&async->missed))) {
+        return 0;
+    }
+    UCS_ASYNC_BLOCK(async);
+    ucs_async_check_miss(async);
+    UCS_ASYNC_UNBLOCK(async);
+    return 1;
 }
 
 using Ops = uct_iface_ops_t;

@@ -23,6 +23,7 @@ export XQP_EXPECT_DEVICE=$DEV
 OOB_HOST=127.0.0.1
 
 WORK=$(mktemp -d /tmp/xqp-suite.XXXXXX)
+export WORK
 trap 'rm -rf "$WORK"' EXIT
 passed=0 failed=0 skipped=0
 
@@ -150,6 +151,111 @@ test_xqp_topo_bad_xml_is_an_error() (
     [ "$rc" = 1 ] && grep -q "/nonexistent.xml" "$WORK/err.txt"
 )
 
+# ---------------------------------------------------------------- wireup
+PEER=$TESTS/xqp_wireup_peer
+
+# run_pair NAME "SERVER_ENV" "SERVER_ARGS" "CLIENT_ENV" "CLIENT_ARGS": one
+# passive (server) and one active (client) process; logs in $WORK/NAME.*
+run_pair() {
+    local name=$1 senv=$2 sargs=$3 cenv=$4 cargs=$5 rc=0 src=0
+    local d=$WORK/$name
+    rm -f "$d".a "$d".b "$d".a.done "$d".b.done
+    # shellcheck disable=SC2086
+    env $senv "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.a" --done-file "$d.a.done" \
+        --wait-for "$d.b.done" --timeout 180 $sargs > "$d.server" 2>&1 &
+    local server=$!
+    # shellcheck disable=SC2086
+    env $cenv "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" \
+        --done-file "$d.b.done" --wait-for "$d.a.done" --timeout 180 $cargs > "$d.client" 2>&1 || rc=$?
+    wait "$server" || src=$?
+    echo "== client"; cat "$d.client"
+    echo "== server"; cat "$d.server"
+    [ "$rc" = 0 ] && [ "$src" = 0 ]
+}
+
+test_wireup_connects_and_dispatches_pending() (
+    need_device
+    run_pair basic "" "--expect-passive 4" "" "--eps 4 --pending --check-leaks"
+)
+
+test_wireup_ece_reaches_the_peer() (
+    need_device
+    # the client's vendor needs more than the 24 bits the CM carries
+    run_pair ece "UCX_XQP_ECE_LOCAL=0x15b3:0x3" "--expect-passive 1" \
+                 "UCX_XQP_ECE_LOCAL=0x010015b3:0x5" "--eps 1" || exit 1
+    # passive: rdma_get_remote_ece sees what the active side set, vendor cut
+    # to 24 bits; it answers with the options both sides have (0x5 & 0x3)
+    grep -q '^passive 0 state 5 .* sent 0x15b3:0x1 received 0x15b3:0x5 agreed 0x15b3:0x1 ' \
+        "$WORK/ece.server" || { echo "unexpected passive ece"; exit 1; }
+    # active: the reply carries the vendor the passive side received and its
+    # options; rxe cannot apply ECE (EOPNOTSUPP = 95) and the connection works
+    grep -q '^active 0 state 5 .* sent 0x10015b3:0x5 received 0x15b3:0x1 agreed 0x10015b3:0x1 applied 0 set_err 95 ' \
+        "$WORK/ece.client" || { echo "unexpected active ece"; exit 1; }
+)
+
+test_wireup_ece_required_options_rejected() (
+    need_device
+    run_pair reject "UCX_XQP_ECE=on UCX_XQP_ECE_REQUIRED=0x8 UCX_XQP_ECE_LOCAL=0x15b3:0xb" \
+                    "--expect-passive 3" \
+                    "UCX_XQP_ECE_LOCAL=0x15b3:0x5" "--eps 3 --expect rejected --check-leaks" || exit 1
+    grep -q '^passive 0 state 6 .* reject 35 .*missing ece options 0x8' "$WORK/reject.server" ||
+        { echo "the passive side did not reject with rdma_reject_ece"; exit 1; }
+    grep -q '^active 0 state 6 attempts 1 .* reject 35 .*reject reason 35' "$WORK/reject.client"
+)
+
+test_wireup_256_endpoints() (
+    need_device
+    run_pair many "" "--expect-passive 256" "" "--eps 256 --check-leaks" || exit 1
+    grep -q '^passive summary requests 256 connected 256' "$WORK/many.server"
+)
+
+test_wireup_both_sides_connect_at_once() (
+    need_device
+    d=$WORK/mutual
+    rm -f "$d".*
+    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.a" --connect-to "$d.b" --eps 8 \
+        --expect-passive 8 --done-file "$d.a.done" --wait-for "$d.b.done" > "$d.1" 2>&1 &
+    one=$!
+    rc=0
+    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" --eps 8 \
+        --expect-passive 8 --done-file "$d.b.done" --wait-for "$d.a.done" > "$d.2" 2>&1 || rc=$?
+    wait "$one" || rc=1
+    cat "$d.1" "$d.2"
+    [ "$rc" = 0 ] && [ "$(grep -c '^summary eps 8 connected 8 ' "$d.1" "$d.2" | awk -F: '{s += $2} END {print s}')" = 2 ]
+)
+
+test_wireup_no_listener_fails_after_retries() (
+    need_device
+    d=$WORK/nolistener
+    # the testbed's address with a port nobody listens on (9: discard)
+    ip_hex=$(echo "${XQP_VM_IP:-10.77.0.1}" | awk -F. '{ printf "%02x%02x%02x%02x", $1, $2, $3, $4 }')
+    printf '04%s%024d 0009\n' "$ip_hex" 0 > "$d.a"
+    start=$SECONDS
+    UCX_XQP_CONNECT_RETRIES=2 "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" \
+        --eps 2 --expect unreachable --check-leaks --timeout 60 || exit 1
+    echo "failed in $((SECONDS - start)) s"
+    [ $((SECONDS - start)) -lt 60 ]
+)
+
+test_bad_config_values_are_named() (
+    need_device
+    for bad in UCX_XQP_ECE_LOCAL=0:1 UCX_XQP_ECE_LOCAL=banana UCX_XQP_ECE_REQUIRED=0x1ffffffff \
+               UCX_XQP_ECE_DESIRED=-1 UCX_XQP_TX_QUEUE_LEN=0; do
+        var=${bad%%=*}
+        out=$(env "$bad" "$RUN" ucx_info -d 2>&1)
+        echo "$out" | grep "$var" || { echo "no error naming $var for $bad"; exit 1; }
+        echo "$out" | grep -q "invalid $var=" || exit 1
+    done
+    # enumerations are parsed by UCX itself, which names the option
+    out=$(env UCX_XQP_ECE=sometimes "$RUN" ucx_info -d 2>&1)
+    echo "$out" | grep "Invalid value for ECE: 'sometimes'" || { echo "no error naming ECE"; exit 1; }
+)
+
+bench_wireup_vs_cmtime() (
+    need_device
+    "$XQP_SRCDIR/contrib/bench/wireup-vs-cmtime.sh" "$RUN" "$PEER" "$DEV" 256
+)
+
 echo "xqp integration suite: device '${DEV:-none}', plugin $XQP_PLUGIN"
 run_test "ucx_info -d lists transport xqp on $DEV:1" test_ucx_info_lists_xqp
 run_test "ucx_info -d without the plugin lists no xqp" test_ucx_info_without_plugin_has_no_xqp
@@ -161,6 +267,16 @@ run_test "UCP tag_lat still works with the plugin loaded" test_ucp_unaffected_by
 run_test "xqp-topo reports $DEV's locality" test_xqp_topo_falls_back_for_rxe
 run_test "xqp-topo --xml places rxe0 on its PCI function" test_xqp_topo_xml_places_rxe0
 run_test "xqp-topo --xml with a missing file fails naming it" test_xqp_topo_bad_xml_is_an_error
+run_test "wireup: endpoints connect, pending requests dispatched, no leaks" test_wireup_connects_and_dispatches_pending
+run_test "wireup: ECE set by the active side reaches the passive side" test_wireup_ece_reaches_the_peer
+run_test "wireup: required ECE options unmet -> rdma_reject_ece -> clear error" test_wireup_ece_required_options_rejected
+run_test "wireup: 256 endpoints connect concurrently" test_wireup_256_endpoints
+run_test "wireup: both sides connect to each other at once" test_wireup_both_sides_connect_at_once
+run_test "wireup: no listener -> bounded retries -> unreachable" test_wireup_no_listener_fails_after_retries
+run_test "bad UCX_XQP_* values give errors naming the variable" test_bad_config_values_are_named
+# a benchmark: reports, never fails the suite on speed
+run_test "bench: 256 connections, xqp vs rdma-core cmtime" bench_wireup_vs_cmtime
+cat "$WORK/bench.txt" 2>/dev/null
 
 echo "integration: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" = 0 ]

@@ -195,16 +195,29 @@ TEST_F(XqpDevice, ListsTransportOnActivePort)
     EXPECT_TRUE(found) << "no xqp transport on " << device_ << ":1";
 }
 
-TEST_F(XqpDevice, InterfaceOpensWithNoOperationsYet)
+TEST_F(XqpDevice, InterfaceConnectsToIfaceWithoutDataOperationsYet)
 {
     uct_iface_h iface = nullptr;
     ASSERT_EQ(UCS_OK, open_iface(device_ + ":1", &iface));
     uct_iface_attr_t attr;
     ASSERT_EQ(UCS_OK, uct_iface_query(iface, &attr));
-    /* a connection model, and no operation yet */
-    EXPECT_EQ(uint64_t(UCT_IFACE_FLAG_CONNECT_TO_IFACE), attr.cap.flags);
-    EXPECT_EQ(0u, attr.iface_addr_len);
-    EXPECT_EQ(0u, attr.device_addr_len);
+    /* the connection model and the pending queue; data operations come
+     * with the data path */
+    EXPECT_EQ(uint64_t(UCT_IFACE_FLAG_CONNECT_TO_IFACE | UCT_IFACE_FLAG_PENDING), attr.cap.flags);
+    /* port / family + IP address of the rdma_cm listener */
+    EXPECT_EQ(2u, attr.iface_addr_len);
+    EXPECT_EQ(17u, attr.device_addr_len);
+    EXPECT_GT(attr.bandwidth.shared, 0.0);
+    std::vector<uint8_t> dev(attr.device_addr_len), addr(attr.iface_addr_len);
+    ASSERT_EQ(UCS_OK, uct_iface_get_device_address(
+                              iface, reinterpret_cast<uct_device_addr_t *>(dev.data())));
+    ASSERT_EQ(UCS_OK, uct_iface_get_address(iface, reinterpret_cast<uct_iface_addr_t *>(addr.data())));
+    EXPECT_TRUE(uct_iface_is_reachable(iface, reinterpret_cast<uct_device_addr_t *>(dev.data()),
+                                       reinterpret_cast<uct_iface_addr_t *>(addr.data())));
+    /* garbage is not reachable */
+    std::vector<uint8_t> junk(attr.device_addr_len, 0xee);
+    EXPECT_FALSE(uct_iface_is_reachable(iface, reinterpret_cast<uct_device_addr_t *>(junk.data()),
+                                        reinterpret_cast<uct_iface_addr_t *>(addr.data())));
     EXPECT_EQ(UCS_OK, uct_iface_flush(iface, 0, nullptr));
     EXPECT_EQ(0u, uct_iface_progress(iface));
     uct_iface_close(iface);

@@ -12,7 +12,9 @@
  * against --expect, touches --done-file and waits for --wait-for (so that
  * neither side tears its connections down while the other still checks).
  *
- *   --expect connected|rejected   what every endpoint must end as
+ *   --expect connected|rejected|unreachable   what every endpoint must end as
+ *                                 (rejected: by the peer's ECE policy, reason
+ *                                 35; unreachable: after all retries)
  *   --pending                     queue one pending request per endpoint
  *                                 before it connects; each must run once
  *   --check-leaks                 QP, cm_id and fd counts of this process
@@ -218,8 +220,9 @@ int main(int argc, char **argv)
     if (opt.dev.empty() || opt.addr_file.empty()) {
         die("usage: xqp_wireup_peer --dev DEV:PORT --addr-file FILE [options]");
     }
-    if ((opt.expect != "connected") && (opt.expect != "rejected")) {
-        die("--expect connected|rejected");
+    if ((opt.expect != "connected") && (opt.expect != "rejected") &&
+        (opt.expect != "unreachable")) {
+        die("--expect connected|rejected|unreachable");
     }
     using info_fn    = int (*)(uct_ep_h, xqp_wireup_info_t *);
     using pinfo_fn   = int (*)(uct_iface_h, unsigned, xqp_wireup_info_t *);
@@ -355,7 +358,9 @@ int main(int argc, char **argv)
         }
         during = measure();
 
-        unsigned connected = 0, rejected = 0;
+        unsigned connected = 0, rejected = 0, unreachable = 0;
+        const char *retries_env = std::getenv("UCX_XQP_CONNECT_RETRIES");
+        const unsigned attempts = 1 + (retries_env ? std::stoul(retries_env) : 3);
         for (unsigned i = 0; i < eps.size(); ++i) {
             xqp_wireup_info_t info;
             if (ep_info(eps[i], &info) != 0) {
@@ -369,14 +374,21 @@ int main(int argc, char **argv)
                         (info.reject_reason == 35) && (info.attempts == 1) &&
                         (std::strstr(info.error, "reject reason 35") != nullptr) &&
                         (uct_ep_flush(eps[i], 0, nullptr) == UCS_ERR_REJECTED);
+            unreachable += (info.state == XQP_CONN_FAILED) && (info.status == UCS_ERR_UNREACHABLE) &&
+                           (info.attempts == attempts) &&
+                           (uct_ep_flush(eps[i], 0, nullptr) == UCS_ERR_UNREACHABLE);
         }
-        std::printf("summary eps %u connected %u rejected %u seconds %.3f conn_per_sec %.1f\n",
-                    opt.eps, connected, rejected, connect_seconds,
+        std::printf("summary eps %u connected %u rejected %u unreachable %u seconds %.3f"
+                    " conn_per_sec %.1f\n", opt.eps, connected, rejected, unreachable,
+                    connect_seconds,
                     connect_seconds > 0 ? connected / connect_seconds : 0.0);
         if ((opt.expect == "connected") && (connected != opt.eps)) {
             ok = false;
         }
         if ((opt.expect == "rejected") && (rejected != opt.eps)) {
+            ok = false;
+        }
+        if ((opt.expect == "unreachable") && (unreachable != opt.eps)) {
             ok = false;
         }
         if (opt.pending) {
