@@ -37,8 +37,11 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
 
 Endpoint::~Endpoint()
 {
-    uct_worker_progress_unregister_safe(iface_->worker(), &progress_id_);
     UCS_ASYNC_BLOCK(iface_->async());
+    if (progress_scheduled_) {
+        uct_worker_progress_unregister_safe(iface_->worker(), &progress_id_);
+        progress_scheduled_ = false;
+    }
     conn_.disconnect();
     UCS_ASYNC_UNBLOCK(iface_->async());
     /* conn_ is destroyed after this body, still before the base class */
@@ -85,16 +88,24 @@ void Endpoint::on_log(wireup::Connection &, const std::string &line)
 
 void Endpoint::schedule_progress()
 {
-    /* from the async context: pending requests and error handlers run in
-     * the application's progress */
-    uct_worker_progress_register_safe(iface_->worker(), progress_cb, this,
-                                      UCS_CALLBACKQ_FLAG_ONESHOT, &progress_id_);
+    /* from the async context (blocked): pending requests and error handlers
+     * run in the application's progress. register_safe writes the id under
+     * the async lock, and the callback clears it under the same lock, so the
+     * id is never left pointing at a callback that already ran. */
+    if (!progress_scheduled_) {
+        progress_scheduled_ = true;
+        uct_worker_progress_register_safe(iface_->worker(), progress_cb, this,
+                                          UCS_CALLBACKQ_FLAG_ONESHOT, &progress_id_);
+    }
 }
 
 unsigned Endpoint::progress_cb(void *arg)
 {
-    auto *ep         = static_cast<Endpoint *>(arg);
-    ep->progress_id_ = UCS_CALLBACKQ_ID_NULL; /* one-shot: already removed */
+    auto *ep = static_cast<Endpoint *>(arg);
+    UCS_ASYNC_BLOCK(ep->iface_->async());
+    ep->progress_id_        = UCS_CALLBACKQ_ID_NULL; /* one-shot: already removed */
+    ep->progress_scheduled_ = false;
+    UCS_ASYNC_UNBLOCK(ep->iface_->async());
     return ep->dispatch();
 }
 

@@ -71,6 +71,7 @@ private:
     bool                error_reported_ = false;
     ucs_queue_head_t    pending_;
     uct_worker_cb_id_t  progress_id_ = UCS_CALLBACKQ_ID_NULL;
+    bool                progress_scheduled_ = false; /* guarded by the async lock */
 };
 
 /* uct_iface_ops_t entries */

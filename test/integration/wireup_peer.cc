@@ -21,6 +21,7 @@
  *                                 must return to their values before the
  *                                 endpoints once they are destroyed
  *   --timeout SECONDS             give up (default 120)
+ *   --poll-us N                   sleep between progress calls (default 1000)
  *
  * Exit status 0 when every check passed.
  */
@@ -53,6 +54,7 @@ struct Options {
     unsigned    eps = 0, expect_passive = 0;
     bool        pending = false, check_leaks = false;
     double      timeout = 120;
+    unsigned    poll_us = 1000;
 };
 
 [[noreturn]] void die(const std::string &msg)
@@ -213,6 +215,7 @@ int main(int argc, char **argv)
         else if (a == "--done-file") opt.done_file = next();
         else if (a == "--wait-for") opt.wait_for = next();
         else if (a == "--timeout") opt.timeout = std::stod(next());
+        else if (a == "--poll-us") opt.poll_us = std::stoul(next());
         else if (a == "--pending") opt.pending = true;
         else if (a == "--check-leaks") opt.check_leaks = true;
         else die("unknown option " + a);
@@ -292,7 +295,7 @@ int main(int argc, char **argv)
                 return false;
             }
             /* the connections progress on UCX's async thread: poll gently */
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            std::this_thread::sleep_for(std::chrono::microseconds(opt.poll_us));
         }
         return true;
     };
