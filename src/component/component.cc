@@ -9,15 +9,31 @@ namespace xqp::component {
 
 using Component = uct_component_t;
 
+static ucs_status_t rkey_unpack(uct_component_t *, const void *rkey_buffer, uct_rkey_t *rkey_p,
+                                void **handle_p)
+{
+    uint32_t rkey;
+    const ucs_status_t status = md::unpack_rkey(rkey_buffer, &rkey);
+    if (status == UCS_OK) {
+        *rkey_p   = rkey;
+        *handle_p = nullptr;
+    }
+    return status;
+}
+
+static ucs_status_t rkey_release(uct_component_t *, uct_rkey_t, void *)
+{
+    return UCS_OK;
+}
+
 uct_component_t component = {
     .name               = "xqp",
     .query_md_resources = md::query_resources,
     .md_open            = md::open,
     .cm_open            = compat::unsupported<decltype(Component::cm_open)>,
-    /* remote keys arrive with the data path; until then the MD packs none */
-    .rkey_unpack        = compat::unsupported<decltype(Component::rkey_unpack)>,
+    .rkey_unpack        = rkey_unpack,
     .rkey_ptr           = compat::unsupported<decltype(Component::rkey_ptr)>,
-    .rkey_release       = compat::unsupported<decltype(Component::rkey_release)>,
+    .rkey_release       = rkey_release,
     .md_config          = {
         .name   = "xqp memory domain",
         .prefix = "XQP_",

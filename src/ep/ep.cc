@@ -3,6 +3,10 @@
 #include "common/boundary.h"
 #include "iface/address.h"
 
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <cstring>
 #include <memory>
 
 namespace xqp::ep {
@@ -25,6 +29,7 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
             iface->next_conn_id())
 {
     ucs_queue_head_init(&pending_);
+    tx_credits_         = iface->tx_queue_len();
     handle_.owner       = this;
     ucs_status_t status = UCS_CLASS_INIT(uct_base_ep_t, &handle_.super, iface->base());
     if (status != UCS_OK) {
@@ -33,17 +38,32 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
     UCS_ASYNC_BLOCK(iface_->async());
     conn_.connect(dst_);
     UCS_ASYNC_UNBLOCK(iface_->async());
+    iface_->add_ep(this);
 }
 
 Endpoint::~Endpoint()
 {
+    destroying_ = true;
     UCS_ASYNC_BLOCK(iface_->async());
     if (progress_scheduled_) {
         uct_worker_progress_unregister_safe(iface_->worker(), &progress_id_);
         progress_scheduled_ = false;
     }
     conn_.disconnect();
+    /* requests still in flight end with a flush error: collect them before
+     * the QP (owned by conn_) is destroyed */
+    if ((outstanding_ > 0) && (conn_.qp() != nullptr)) {
+        ibv_qp_attr attr = {};
+        attr.qp_state    = IBV_QPS_ERR;
+        ibv_modify_qp(conn_.qp(), &attr, IBV_QP_STATE);
+    }
     UCS_ASYNC_UNBLOCK(iface_->async());
+    iface_->drain(this);
+    for (auto &[sn, comp] : flushes_) {
+        uct_invoke_completion(comp, UCS_ERR_CANCELED);
+    }
+    flushes_.clear();
+    iface_->remove_ep(this);
     /* conn_ is destroyed after this body, still before the base class */
     UCS_CLASS_CLEANUP(uct_base_ep_t, &handle_.super);
 }
@@ -113,7 +133,7 @@ unsigned Endpoint::dispatch()
 {
     unsigned count = 0;
     if (state() == State::Connected) {
-        while (!ucs_queue_is_empty(&pending_)) {
+        while (!ucs_queue_is_empty(&pending_) && (tx_check() == UCS_OK)) {
             ucs_queue_elem_t *elem = ucs_queue_pull_non_empty(&pending_);
             uct_pending_req_t *req = pending_req(elem);
             const ucs_status_t status = req->func(req);
@@ -136,12 +156,23 @@ unsigned Endpoint::dispatch()
 
 /* ------------------------------------------------------------------ operations */
 
-ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *)
+ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *comp)
 {
     switch (state()) {
     case State::Connected:
-        return UCS_OK; /* nothing is outstanding without a data path */
+        if (outstanding_ == 0) {
+            return UCS_OK;
+        }
+        /* RC completes in order: the flush is done when the request posted
+         * last completes */
+        if (comp != nullptr) {
+            flushes_.emplace_back(posted_sn_, comp);
+        }
+        return UCS_INPROGRESS;
     case State::Failed:
+        if (outstanding_ > 0) {
+            return UCS_INPROGRESS;
+        }
         return (flags & UCT_FLUSH_FLAG_CANCEL) ? UCS_OK : fail_status_;
     case State::Connecting:
     default:
@@ -151,9 +182,15 @@ ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *)
 
 ucs_status_t Endpoint::pending_add(uct_pending_req_t *req, unsigned)
 {
-    if (state() != State::Connecting) {
-        /* the resource is there (or will never be): the caller retries and
-         * sees the operation's own status */
+    if (state() == State::Connected) {
+        if (tx_check() == UCS_OK) {
+            return UCS_ERR_BUSY; /* the resource is there: retry now */
+        }
+        ucs_queue_push(&pending_, pending_elem(req));
+        return UCS_OK;
+    }
+    if (state() == State::Failed) {
+        /* the caller retries and sees the operation's own status */
         return UCS_ERR_BUSY;
     }
     UCS_ASYNC_BLOCK(iface_->async());
@@ -180,6 +217,385 @@ void Endpoint::wireup_info(xqp_wireup_info_t *info) const
     UCS_ASYNC_BLOCK(iface_->async());
     iface::fill_wireup_info(conn_, info);
     UCS_ASYNC_UNBLOCK(iface_->async());
+}
+
+/* ------------------------------------------------------------------ data path */
+
+ucs_status_t Endpoint::tx_check() const
+{
+    const State st = state();
+    if (ucs_likely(st == State::Connected)) {
+        return ((tx_credits_ > 0) && iface_->has_free_op()) ? UCS_OK : UCS_ERR_NO_RESOURCE;
+    }
+    return (st == State::Failed) ? fail_status_ : UCS_ERR_NO_RESOURCE;
+}
+
+ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
+{
+    op->ep          = this;
+    wr->wr_id       = reinterpret_cast<uintptr_t>(op);
+    wr->send_flags |= IBV_SEND_SIGNALED | (fence_next_ ? IBV_SEND_FENCE : 0);
+    ibv_send_wr *bad = nullptr;
+    const int ret    = ibv_post_send(conn_.qp(), wr, &bad);
+    if (ucs_unlikely(ret != 0)) {
+        ucs_error("xqp: ep %p: ibv_post_send: %s", this, strerror(ret));
+        if (op->buf != nullptr) {
+            iface_->tx_pool().put(op->buf);
+        }
+        iface_->put_op(op);
+        return UCS_ERR_IO_ERROR;
+    }
+    fence_next_ = false;
+    --tx_credits_;
+    ++outstanding_;
+    ++posted_sn_;
+    return UCS_OK;
+}
+
+void Endpoint::on_send_completion(iface::TxOp *, ucs_status_t status, ibv_wc_status wc_status)
+{
+    ++tx_credits_;
+    --outstanding_;
+    ++completed_sn_;
+    if (ucs_unlikely((status != UCS_OK) && !destroying_)) {
+        ucs_error("xqp: ep %p to %s: send completion error: %s", this,
+                  iface::to_string(dst_).c_str(), ibv_wc_status_str(wc_status));
+        fail_datapath(status);
+    }
+    while (!flushes_.empty() && (flushes_.front().first <= completed_sn_)) {
+        uct_completion_t *comp = flushes_.front().second;
+        flushes_.erase(flushes_.begin());
+        uct_invoke_completion(comp, (state() == State::Failed) ? fail_status_ : UCS_OK);
+    }
+    if (!ucs_queue_is_empty(&pending_)) {
+        iface_->schedule_pending(this);
+    }
+}
+
+void Endpoint::fail_datapath(ucs_status_t status)
+{
+    UCS_ASYNC_BLOCK(iface_->async());
+    if (state() != State::Failed) {
+        fail_status_ = status;
+        state_.store(State::Failed, std::memory_order_release);
+        schedule_progress();
+    }
+    UCS_ASYNC_UNBLOCK(iface_->async());
+}
+
+/* scatter/gather entries of an iov of registered memory */
+static ucs_status_t iov_to_sge(const uct_iov_t *iov, size_t iovcnt, ibv_sge *sge,
+                               size_t max_sge, int *num_sge, size_t *total)
+{
+    *num_sge = 0;
+    *total   = 0;
+    for (size_t i = 0; i < iovcnt; ++i) {
+        const size_t length = iov[i].length * std::max<unsigned>(iov[i].count, 1);
+        if (length == 0) {
+            continue;
+        }
+        if ((static_cast<size_t>(*num_sge) >= max_sge) || (iov[i].memh == UCT_MEM_HANDLE_NULL) ||
+            (iov[i].count > 1)) {
+            return UCS_ERR_INVALID_PARAM;
+        }
+        ibv_sge &s = sge[(*num_sge)++];
+        s.addr     = reinterpret_cast<uintptr_t>(iov[i].buffer);
+        s.length   = static_cast<uint32_t>(length);
+        s.lkey     = static_cast<ibv_mr *>(iov[i].memh)->lkey;
+        *total    += length;
+    }
+    return UCS_OK;
+}
+
+static void set_rdma(ibv_send_wr &wr, ibv_wr_opcode opcode, uint64_t remote_addr, uct_rkey_t rkey)
+{
+    wr.opcode              = opcode;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey        = static_cast<uint32_t>(rkey);
+}
+
+ucs_status_t Endpoint::put_short(const void *buffer, unsigned length, uint64_t remote_addr,
+                                 uct_rkey_t rkey)
+{
+    ucs_status_t status = tx_check();
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+    if (ucs_unlikely(length > iface_->max_inline())) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    ibv_sge sge    = {reinterpret_cast<uintptr_t>(buffer), length, 0};
+    ibv_send_wr wr = {};
+    wr.sg_list     = &sge;
+    wr.num_sge     = 1;
+    wr.send_flags  = IBV_SEND_INLINE;
+    set_rdma(wr, IBV_WR_RDMA_WRITE, remote_addr, rkey);
+    return post(&wr, iface_->get_op());
+}
+
+ssize_t Endpoint::put_bcopy(uct_pack_callback_t pack_cb, void *arg, uint64_t remote_addr,
+                            uct_rkey_t rkey)
+{
+    ucs_status_t status = tx_check();
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+    uint8_t *buf = iface_->tx_pool().get();
+    if (ucs_unlikely(buf == nullptr)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    const size_t length = pack_cb(buf, arg);
+    iface::TxOp *op     = iface_->get_op();
+    op->buf             = buf;
+    ibv_sge sge    = {reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(length),
+                      iface_->tx_pool().lkey()};
+    ibv_send_wr wr = {};
+    wr.sg_list     = &sge;
+    wr.num_sge     = 1;
+    set_rdma(wr, IBV_WR_RDMA_WRITE, remote_addr, rkey);
+    status = post(&wr, op);
+    return (status == UCS_OK) ? static_cast<ssize_t>(length) : static_cast<ssize_t>(status);
+}
+
+ucs_status_t Endpoint::put_zcopy(const uct_iov_t *iov, size_t iovcnt, uint64_t remote_addr,
+                                 uct_rkey_t rkey, uct_completion_t *comp)
+{
+    ucs_status_t status = tx_check();
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+    ibv_sge sge[8];
+    int num_sge;
+    size_t total;
+    status = iov_to_sge(iov, iovcnt, sge, iface_->max_send_sge(), &num_sge, &total);
+    if (status != UCS_OK) {
+        return status;
+    }
+    iface::TxOp *op = iface_->get_op();
+    op->comp        = comp;
+    ibv_send_wr wr  = {};
+    wr.sg_list      = sge;
+    wr.num_sge      = num_sge;
+    set_rdma(wr, IBV_WR_RDMA_WRITE, remote_addr, rkey);
+    status = post(&wr, op);
+    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+ucs_status_t Endpoint::get_bcopy(uct_unpack_callback_t unpack_cb, void *arg, size_t length,
+                                 uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
+{
+    ucs_status_t status = tx_check();
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+    if (ucs_unlikely(length > iface_->seg_size())) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    uint8_t *buf = iface_->tx_pool().get();
+    if (ucs_unlikely(buf == nullptr)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    iface::TxOp *op = iface_->get_op();
+    op->buf         = buf;
+    op->comp        = comp;
+    op->kind        = iface::TxOp::Kind::GetBcopy;
+    op->unpack      = unpack_cb;
+    op->unpack_arg  = arg;
+    op->length      = static_cast<uint32_t>(length);
+    ibv_sge sge     = {reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(length),
+                       iface_->tx_pool().lkey()};
+    ibv_send_wr wr  = {};
+    wr.sg_list      = &sge;
+    wr.num_sge      = 1;
+    set_rdma(wr, IBV_WR_RDMA_READ, remote_addr, rkey);
+    status = post(&wr, op);
+    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+ucs_status_t Endpoint::get_zcopy(const uct_iov_t *iov, size_t iovcnt, uint64_t remote_addr,
+                                 uct_rkey_t rkey, uct_completion_t *comp)
+{
+    ucs_status_t status = tx_check();
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+    ibv_sge sge[8];
+    int num_sge;
+    size_t total;
+    status = iov_to_sge(iov, iovcnt, sge, iface_->max_send_sge(), &num_sge, &total);
+    if (status != UCS_OK) {
+        return status;
+    }
+    iface::TxOp *op = iface_->get_op();
+    op->comp        = comp;
+    ibv_send_wr wr  = {};
+    wr.sg_list      = sge;
+    wr.num_sge      = num_sge;
+    set_rdma(wr, IBV_WR_RDMA_READ, remote_addr, rkey);
+    status = post(&wr, op);
+    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+/* active messages: SEND with the AM id as immediate data (see the receive
+ * side in iface.cc). Flow control: all connections of an interface share one
+ * receive queue, and the QPs retry forever on RNR (rnr_retry 7), so a burst
+ * that finds no receive buffer waits in the sender's hardware until progress
+ * reposts one: no message is dropped, and RC never duplicates. */
+static void set_send(ibv_send_wr &wr, uint8_t id)
+{
+    wr.opcode   = IBV_WR_SEND_WITH_IMM;
+    wr.imm_data = htonl(id);
+}
+
+ucs_status_t Endpoint::am_short(uint8_t id, uint64_t header, const void *payload,
+                                unsigned length)
+{
+    ucs_status_t status = tx_check();
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+    if (ucs_unlikely(length + sizeof(header) > iface_->max_inline())) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    ibv_sge sge[2] = {{reinterpret_cast<uintptr_t>(&header), sizeof(header), 0},
+                      {reinterpret_cast<uintptr_t>(payload), length, 0}};
+    ibv_send_wr wr = {};
+    wr.sg_list     = sge;
+    wr.num_sge     = (length > 0) ? 2 : 1;
+    wr.send_flags  = IBV_SEND_INLINE;
+    set_send(wr, id);
+    return post(&wr, iface_->get_op());
+}
+
+ucs_status_t Endpoint::am_short_iov(uint8_t id, const uct_iov_t *iov, size_t iovcnt)
+{
+    ucs_status_t status = tx_check();
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+    ibv_sge sge[8];
+    int num_sge  = 0;
+    size_t total = 0;
+    for (size_t i = 0; i < iovcnt; ++i) {
+        if (iov[i].length == 0) {
+            continue;
+        }
+        if ((num_sge >= 8) || (iov[i].count > 1)) {
+            return UCS_ERR_INVALID_PARAM;
+        }
+        sge[num_sge++] = {reinterpret_cast<uintptr_t>(iov[i].buffer),
+                          static_cast<uint32_t>(iov[i].length), 0};
+        total += iov[i].length;
+    }
+    if (total > iface_->max_inline()) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    ibv_send_wr wr = {};
+    wr.sg_list     = sge;
+    wr.num_sge     = num_sge;
+    wr.send_flags  = IBV_SEND_INLINE;
+    set_send(wr, id);
+    return post(&wr, iface_->get_op());
+}
+
+ssize_t Endpoint::am_bcopy(uint8_t id, uct_pack_callback_t pack_cb, void *arg)
+{
+    ucs_status_t status = tx_check();
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+    uint8_t *buf = iface_->tx_pool().get();
+    if (ucs_unlikely(buf == nullptr)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    const size_t length = pack_cb(buf, arg);
+    iface::TxOp *op     = iface_->get_op();
+    op->buf             = buf;
+    ibv_sge sge    = {reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(length),
+                      iface_->tx_pool().lkey()};
+    ibv_send_wr wr = {};
+    wr.sg_list     = &sge;
+    wr.num_sge     = 1;
+    set_send(wr, id);
+    status = post(&wr, op);
+    return (status == UCS_OK) ? static_cast<ssize_t>(length) : static_cast<ssize_t>(status);
+}
+
+ucs_status_t Endpoint::am_zcopy(uint8_t id, const void *header, unsigned header_length,
+                                const uct_iov_t *iov, size_t iovcnt, uct_completion_t *comp)
+{
+    ucs_status_t status = tx_check();
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+    ibv_sge sge[8];
+    int num_sge;
+    size_t total;
+    const size_t max_sge = iface_->max_send_sge() - ((header_length > 0) ? 1 : 0);
+    status = iov_to_sge(iov, iovcnt, sge + 1, max_sge, &num_sge, &total);
+    if (status != UCS_OK) {
+        return status;
+    }
+    if (total + header_length > iface_->seg_size()) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+    iface::TxOp *op = iface_->get_op();
+    op->comp        = comp;
+    ibv_send_wr wr  = {};
+    if (header_length > 0) {
+        uint8_t *buf = iface_->tx_pool().get();
+        if (ucs_unlikely(buf == nullptr)) {
+            iface_->put_op(op);
+            return UCS_ERR_NO_RESOURCE;
+        }
+        std::memcpy(buf, header, header_length);
+        op->buf = buf;
+        sge[0]  = {reinterpret_cast<uintptr_t>(buf), header_length, iface_->tx_pool().lkey()};
+        wr.sg_list = sge;
+        wr.num_sge = num_sge + 1;
+    } else {
+        wr.sg_list = sge + 1;
+        wr.num_sge = num_sge;
+    }
+    set_send(wr, id);
+    status = post(&wr, op);
+    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+ucs_status_t Endpoint::atomic64(ibv_wr_opcode opcode, uint64_t compare_add, uint64_t swap,
+                                uint64_t remote_addr, uct_rkey_t rkey, uint64_t *result,
+                                uct_completion_t *comp)
+{
+    ucs_status_t status = tx_check();
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+    if (ucs_unlikely(!iface_->atomics() || (remote_addr % sizeof(uint64_t) != 0))) {
+        return !iface_->atomics() ? UCS_ERR_UNSUPPORTED : UCS_ERR_INVALID_PARAM;
+    }
+    uint8_t *buf = iface_->tx_pool().get(); /* the fetched value lands here */
+    if (ucs_unlikely(buf == nullptr)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    iface::TxOp *op = iface_->get_op();
+    op->buf         = buf;
+    op->comp        = comp;
+    op->result      = result;
+    op->kind        = (result != nullptr) ? iface::TxOp::Kind::Fetch64 : iface::TxOp::Kind::Plain;
+    ibv_sge sge     = {reinterpret_cast<uintptr_t>(buf), sizeof(uint64_t), iface_->tx_pool().lkey()};
+    ibv_send_wr wr  = {};
+    wr.sg_list      = &sge;
+    wr.num_sge      = 1;
+    wr.opcode       = opcode;
+    wr.wr.atomic.remote_addr = remote_addr;
+    wr.wr.atomic.compare_add = compare_add;
+    wr.wr.atomic.swap        = swap;
+    wr.wr.atomic.rkey        = static_cast<uint32_t>(rkey);
+    status = post(&wr, op);
+    if (status != UCS_OK) {
+        return status;
+    }
+    return (result != nullptr) ? UCS_INPROGRESS : UCS_OK;
 }
 
 /* ------------------------------------------------------------------ uct ops */
@@ -242,6 +658,92 @@ ucs_status_t ep_pending_add(uct_ep_h ep, uct_pending_req_t *req, unsigned flags)
 void ep_pending_purge(uct_ep_h ep, uct_pending_purge_callback_t cb, void *arg)
 {
     Endpoint::from_unchecked(ep)->pending_purge(cb, arg);
+}
+
+} // namespace xqp::ep
+
+namespace xqp::ep {
+
+ucs_status_t ep_put_short(uct_ep_h ep, const void *buffer, unsigned length,
+                          uint64_t remote_addr, uct_rkey_t rkey)
+{
+    return Endpoint::from_unchecked(ep)->put_short(buffer, length, remote_addr, rkey);
+}
+
+ssize_t ep_put_bcopy(uct_ep_h ep, uct_pack_callback_t pack_cb, void *arg,
+                     uint64_t remote_addr, uct_rkey_t rkey)
+{
+    return Endpoint::from_unchecked(ep)->put_bcopy(pack_cb, arg, remote_addr, rkey);
+}
+
+ucs_status_t ep_put_zcopy(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                          uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
+{
+    return Endpoint::from_unchecked(ep)->put_zcopy(iov, iovcnt, remote_addr, rkey, comp);
+}
+
+ucs_status_t ep_get_bcopy(uct_ep_h ep, uct_unpack_callback_t unpack_cb, void *arg,
+                          size_t length, uint64_t remote_addr, uct_rkey_t rkey,
+                          uct_completion_t *comp)
+{
+    return Endpoint::from_unchecked(ep)->get_bcopy(unpack_cb, arg, length, remote_addr, rkey,
+                                                   comp);
+}
+
+ucs_status_t ep_get_zcopy(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                          uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
+{
+    return Endpoint::from_unchecked(ep)->get_zcopy(iov, iovcnt, remote_addr, rkey, comp);
+}
+
+ucs_status_t ep_am_short(uct_ep_h ep, uint8_t id, uint64_t header, const void *payload,
+                         unsigned length)
+{
+    return Endpoint::from_unchecked(ep)->am_short(id, header, payload, length);
+}
+
+ucs_status_t ep_am_short_iov(uct_ep_h ep, uint8_t id, const uct_iov_t *iov, size_t iovcnt)
+{
+    return Endpoint::from_unchecked(ep)->am_short_iov(id, iov, iovcnt);
+}
+
+ssize_t ep_am_bcopy(uct_ep_h ep, uint8_t id, uct_pack_callback_t pack_cb, void *arg, unsigned)
+{
+    return Endpoint::from_unchecked(ep)->am_bcopy(id, pack_cb, arg);
+}
+
+ucs_status_t ep_am_zcopy(uct_ep_h ep, uint8_t id, const void *header, unsigned header_length,
+                         const uct_iov_t *iov, size_t iovcnt, unsigned, uct_completion_t *comp)
+{
+    return Endpoint::from_unchecked(ep)->am_zcopy(id, header, header_length, iov, iovcnt, comp);
+}
+
+ucs_status_t ep_atomic_cswap64(uct_ep_h ep, uint64_t compare, uint64_t swap,
+                               uint64_t remote_addr, uct_rkey_t rkey, uint64_t *result,
+                               uct_completion_t *comp)
+{
+    return Endpoint::from_unchecked(ep)->atomic64(IBV_WR_ATOMIC_CMP_AND_SWP, compare, swap,
+                                                  remote_addr, rkey, result, comp);
+}
+
+ucs_status_t ep_atomic64_post(uct_ep_h ep, unsigned opcode, uint64_t value,
+                              uint64_t remote_addr, uct_rkey_t rkey)
+{
+    if (opcode != UCT_ATOMIC_OP_ADD) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return Endpoint::from_unchecked(ep)->atomic64(IBV_WR_ATOMIC_FETCH_AND_ADD, value, 0,
+                                                  remote_addr, rkey, nullptr, nullptr);
+}
+
+ucs_status_t ep_atomic64_fetch(uct_ep_h ep, unsigned opcode, uint64_t value, uint64_t *result,
+                               uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
+{
+    if (opcode != UCT_ATOMIC_OP_ADD) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return Endpoint::from_unchecked(ep)->atomic64(IBV_WR_ATOMIC_FETCH_AND_ADD, value, 0,
+                                                  remote_addr, rkey, result, comp);
 }
 
 } // namespace xqp::ep

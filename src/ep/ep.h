@@ -46,6 +46,33 @@ public:
     State state() const { return state_.load(std::memory_order_acquire); }
 
     ucs_status_t flush(unsigned flags, uct_completion_t *comp);
+    void fence() { fence_next_ = true; }
+    unsigned outstanding() const { return outstanding_; }
+
+    /* data operations (main thread) */
+    ucs_status_t put_short(const void *buffer, unsigned length, uint64_t remote_addr,
+                           uct_rkey_t rkey);
+    ssize_t put_bcopy(uct_pack_callback_t pack_cb, void *arg, uint64_t remote_addr,
+                      uct_rkey_t rkey);
+    ucs_status_t put_zcopy(const uct_iov_t *iov, size_t iovcnt, uint64_t remote_addr,
+                           uct_rkey_t rkey, uct_completion_t *comp);
+    ucs_status_t get_bcopy(uct_unpack_callback_t unpack_cb, void *arg, size_t length,
+                           uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp);
+    ucs_status_t get_zcopy(const uct_iov_t *iov, size_t iovcnt, uint64_t remote_addr,
+                           uct_rkey_t rkey, uct_completion_t *comp);
+    ucs_status_t am_short(uint8_t id, uint64_t header, const void *payload, unsigned length);
+    ucs_status_t am_short_iov(uint8_t id, const uct_iov_t *iov, size_t iovcnt);
+    ssize_t am_bcopy(uint8_t id, uct_pack_callback_t pack_cb, void *arg);
+    ucs_status_t am_zcopy(uint8_t id, const void *header, unsigned header_length,
+                          const uct_iov_t *iov, size_t iovcnt, uct_completion_t *comp);
+    ucs_status_t atomic64(ibv_wr_opcode opcode, uint64_t compare_add, uint64_t swap,
+                          uint64_t remote_addr, uct_rkey_t rkey, uint64_t *result,
+                          uct_completion_t *comp);
+
+    /* a signaled request of this endpoint completed */
+    void on_send_completion(iface::TxOp *op, ucs_status_t status, ibv_wc_status wc_status);
+    /* runs pending requests while resources last; returns how many ran */
+    unsigned dispatch();
     ucs_status_t pending_add(uct_pending_req_t *req, unsigned flags);
     void pending_purge(uct_pending_purge_callback_t cb, void *arg);
 
@@ -60,7 +87,11 @@ public:
 private:
     static unsigned progress_cb(void *arg);
     void schedule_progress();
-    unsigned dispatch();
+    /* UCS_OK when a request can be posted now */
+    ucs_status_t tx_check() const;
+    /* posts wr (signaled) with op as its completion context */
+    ucs_status_t post(ibv_send_wr *wr, iface::TxOp *op);
+    void fail_datapath(ucs_status_t status);
 
     Handle              handle_;
     iface::Iface       *iface_;
@@ -71,6 +102,15 @@ private:
     bool                error_reported_ = false;
     ucs_queue_head_t    pending_;
     uct_worker_cb_id_t  progress_id_ = UCS_CALLBACKQ_ID_NULL;
+    /* send queue accounting (main thread) */
+    unsigned            tx_credits_  = 0;
+    unsigned            outstanding_ = 0;
+    uint64_t            posted_sn_   = 0;
+    uint64_t            completed_sn_ = 0;
+    bool                fence_next_  = false;
+    bool                destroying_  = false;
+    /* flush completions, in posting order: (sequence to reach, completion) */
+    std::vector<std::pair<uint64_t, uct_completion_t *>> flushes_;
     bool                progress_scheduled_ = false; /* guarded by the async lock */
 };
 
@@ -82,6 +122,32 @@ ucs_status_t ep_fence(uct_ep_h ep, unsigned flags);
 ucs_status_t ep_check(uct_ep_h ep, unsigned flags, uct_completion_t *comp);
 ucs_status_t ep_pending_add(uct_ep_h ep, uct_pending_req_t *req, unsigned flags);
 void ep_pending_purge(uct_ep_h ep, uct_pending_purge_callback_t cb, void *arg);
+ucs_status_t ep_put_short(uct_ep_h ep, const void *buffer, unsigned length,
+                          uint64_t remote_addr, uct_rkey_t rkey);
+ssize_t ep_put_bcopy(uct_ep_h ep, uct_pack_callback_t pack_cb, void *arg,
+                     uint64_t remote_addr, uct_rkey_t rkey);
+ucs_status_t ep_put_zcopy(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                          uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t ep_get_bcopy(uct_ep_h ep, uct_unpack_callback_t unpack_cb, void *arg,
+                          size_t length, uint64_t remote_addr, uct_rkey_t rkey,
+                          uct_completion_t *comp);
+ucs_status_t ep_get_zcopy(uct_ep_h ep, const uct_iov_t *iov, size_t iovcnt,
+                          uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp);
+ucs_status_t ep_am_short(uct_ep_h ep, uint8_t id, uint64_t header, const void *payload,
+                         unsigned length);
+ucs_status_t ep_am_short_iov(uct_ep_h ep, uint8_t id, const uct_iov_t *iov, size_t iovcnt);
+ssize_t ep_am_bcopy(uct_ep_h ep, uint8_t id, uct_pack_callback_t pack_cb, void *arg,
+                    unsigned flags);
+ucs_status_t ep_am_zcopy(uct_ep_h ep, uint8_t id, const void *header, unsigned header_length,
+                         const uct_iov_t *iov, size_t iovcnt, unsigned flags,
+                         uct_completion_t *comp);
+ucs_status_t ep_atomic_cswap64(uct_ep_h ep, uint64_t compare, uint64_t swap,
+                               uint64_t remote_addr, uct_rkey_t rkey, uint64_t *result,
+                               uct_completion_t *comp);
+ucs_status_t ep_atomic64_post(uct_ep_h ep, unsigned opcode, uint64_t value,
+                              uint64_t remote_addr, uct_rkey_t rkey);
+ucs_status_t ep_atomic64_fetch(uct_ep_h ep, unsigned opcode, uint64_t value, uint64_t *result,
+                               uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp);
 
 } // namespace xqp::ep
 

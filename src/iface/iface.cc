@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -68,6 +69,21 @@ ucs_config_field_t config_table[] = {
     {"TX_QUEUE_LEN", "256",
      "Send queue length of each data QP.",
      ucs_offsetof(Config, tx_queue_len), UCS_CONFIG_TYPE_UINT},
+
+    {"RX_QUEUE_LEN", "1024",
+     "Receive buffers posted to the interface's shared receive queue. All\n"
+     "connections of the interface share them; a sender that finds none waits\n"
+     "(RNR retry) instead of losing the message.",
+     ucs_offsetof(Config, rx_queue_len), UCS_CONFIG_TYPE_UINT},
+
+    {"SEG_SIZE", "8k",
+     "Size of a bounce/receive buffer: the largest active message, and the\n"
+     "largest buffered put/get.",
+     ucs_offsetof(Config, seg_size), UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"MAX_INLINE", "128",
+     "Largest payload sent inline in the work request (short put/AM).",
+     ucs_offsetof(Config, max_inline), UCS_CONFIG_TYPE_MEMUNITS},
 
     {}
 };
@@ -175,37 +191,50 @@ static int iface_is_reachable(const uct_iface_h tl_iface, const uct_device_addr_
 
 static unsigned iface_progress(uct_iface_h tl_iface)
 {
-    /* connections progress on UCX's async context; rdma_cm events it could
-     * not deliver while the application held the context are run here */
-    ucs_async_context_t *async = Iface::from_unchecked(tl_iface)->async();
-    if (ucs_likely(ucs_mpmc_queue_is_empty(&async->missed))) {
-        return 0;
-    }
-    UCS_ASYNC_BLOCK(async);
-    ucs_async_check_miss(async);
-    UCS_ASYNC_UNBLOCK(async);
-    return 1;
+    return Iface::from_unchecked(tl_iface)->progress();
+}
+
+static ucs_status_t iface_flush(uct_iface_h tl_iface, unsigned flags, uct_completion_t *comp)
+{
+    return Iface::from_unchecked(tl_iface)->flush(flags, comp);
+}
+
+static ucs_status_t iface_fence(uct_iface_h tl_iface, unsigned)
+{
+    Iface::from_unchecked(tl_iface)->fence_all();
+    return UCS_OK;
+}
+
+static ucs_status_t iface_event_fd_get(uct_iface_h tl_iface, int *fd_p)
+{
+    *fd_p = Iface::from_unchecked(tl_iface)->event_fd();
+    return UCS_OK;
+}
+
+static ucs_status_t iface_event_arm(uct_iface_h tl_iface, unsigned events)
+{
+    return Iface::from_unchecked(tl_iface)->event_arm(events);
 }
 
 using Ops = uct_iface_ops_t;
 
 static uct_iface_ops_t iface_ops = {
-    .ep_put_short             = compat::unsupported<decltype(Ops::ep_put_short)>,
-    .ep_put_bcopy             = compat::unsupported<decltype(Ops::ep_put_bcopy)>,
-    .ep_put_zcopy             = compat::unsupported<decltype(Ops::ep_put_zcopy)>,
+    .ep_put_short             = ep::ep_put_short,
+    .ep_put_bcopy             = ep::ep_put_bcopy,
+    .ep_put_zcopy             = ep::ep_put_zcopy,
     .ep_get_short             = compat::unsupported<decltype(Ops::ep_get_short)>,
-    .ep_get_bcopy             = compat::unsupported<decltype(Ops::ep_get_bcopy)>,
-    .ep_get_zcopy             = compat::unsupported<decltype(Ops::ep_get_zcopy)>,
-    .ep_am_short              = compat::unsupported<decltype(Ops::ep_am_short)>,
-    .ep_am_short_iov          = compat::unsupported<decltype(Ops::ep_am_short_iov)>,
-    .ep_am_bcopy              = compat::unsupported<decltype(Ops::ep_am_bcopy)>,
-    .ep_am_zcopy              = compat::unsupported<decltype(Ops::ep_am_zcopy)>,
-    .ep_atomic_cswap64        = compat::unsupported<decltype(Ops::ep_atomic_cswap64)>,
+    .ep_get_bcopy             = ep::ep_get_bcopy,
+    .ep_get_zcopy             = ep::ep_get_zcopy,
+    .ep_am_short              = ep::ep_am_short,
+    .ep_am_short_iov          = ep::ep_am_short_iov,
+    .ep_am_bcopy              = ep::ep_am_bcopy,
+    .ep_am_zcopy              = ep::ep_am_zcopy,
+    .ep_atomic_cswap64        = ep::ep_atomic_cswap64,
     .ep_atomic_cswap32        = compat::unsupported<decltype(Ops::ep_atomic_cswap32)>,
     .ep_atomic32_post         = compat::unsupported<decltype(Ops::ep_atomic32_post)>,
-    .ep_atomic64_post         = compat::unsupported<decltype(Ops::ep_atomic64_post)>,
+    .ep_atomic64_post         = ep::ep_atomic64_post,
     .ep_atomic32_fetch        = compat::unsupported<decltype(Ops::ep_atomic32_fetch)>,
-    .ep_atomic64_fetch        = compat::unsupported<decltype(Ops::ep_atomic64_fetch)>,
+    .ep_atomic64_fetch        = ep::ep_atomic64_fetch,
     .ep_tag_eager_short       = compat::unsupported<decltype(Ops::ep_tag_eager_short)>,
     .ep_tag_eager_bcopy       = compat::unsupported<decltype(Ops::ep_tag_eager_bcopy)>,
     .ep_tag_eager_zcopy       = compat::unsupported<decltype(Ops::ep_tag_eager_zcopy)>,
@@ -228,13 +257,13 @@ static uct_iface_ops_t iface_ops = {
     .ep_connect_to_ep         = compat::unsupported<decltype(Ops::ep_connect_to_ep)>,
     .iface_accept             = compat::unsupported<decltype(Ops::iface_accept)>,
     .iface_reject             = compat::unsupported<decltype(Ops::iface_reject)>,
-    .iface_flush              = uct_base_iface_flush,
-    .iface_fence              = uct_base_iface_fence,
+    .iface_flush              = iface_flush,
+    .iface_fence              = iface_fence,
     .iface_progress_enable    = uct_base_iface_progress_enable,
     .iface_progress_disable   = uct_base_iface_progress_disable,
     .iface_progress           = iface_progress,
-    .iface_event_fd_get       = compat::unsupported<decltype(Ops::iface_event_fd_get)>,
-    .iface_event_arm          = compat::unsupported<decltype(Ops::iface_event_arm)>,
+    .iface_event_fd_get       = iface_event_fd_get,
+    .iface_event_arm          = iface_event_arm,
     .iface_close              = iface_close,
     .iface_query              = iface_query,
     .iface_get_device_address = iface_get_device_address,
@@ -251,6 +280,32 @@ Iface *Iface::from(uct_iface_h iface)
 }
 
 /* ------------------------------------------------------------------ setup */
+
+/* What inline size the provider really grants (it may round down, or
+ * refuse): a throw-away QP of the real shape tells. */
+static size_t probe_max_inline(ibv_pd *pd, const wireup::QpShape &shape)
+{
+    for (uint32_t want = shape.max_inline_data;; want /= 2) {
+        ibv_qp_init_attr attr    = {};
+        attr.send_cq             = shape.send_cq;
+        attr.recv_cq             = shape.recv_cq;
+        attr.srq                 = shape.srq;
+        attr.qp_type             = IBV_QPT_RC;
+        attr.cap.max_send_wr     = shape.max_send_wr;
+        attr.cap.max_send_sge    = shape.max_send_sge;
+        attr.cap.max_recv_sge    = 1;
+        attr.cap.max_inline_data = want;
+        ibv_qp *qp               = ibv_create_qp(pd, &attr);
+        if (qp != nullptr) {
+            const size_t got = std::min(attr.cap.max_inline_data, 1024u);
+            ibv_destroy_qp(qp);
+            return got;
+        }
+        if (want == 0) {
+            throw_errno("ibv_create_qp (probing the QP shape)", errno);
+        }
+    }
+}
 
 /* The address the listener binds: IPv4 first, then a non-link-local IPv6
  * (a link-local one would need the peer to know our interface index). */
@@ -309,10 +364,6 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     wireup_config_.route_timeout_ms = to_timeout_ms("ROUTE_RESOLVE_TIMEOUT",
                                                     config.route_resolve_timeout);
     wireup_config_.max_retries      = config.connect_retries;
-    if ((config.tx_queue_len == 0) || (config.tx_queue_len > 65536)) {
-        throw config_error("TX_QUEUE_LEN", std::to_string(config.tx_queue_len),
-                           "must be 1..65536");
-    }
     std::random_device rd;
     wireup_config_.iface_uuid  = (uint64_t(rd()) << 32) | rd();
     wireup_config_.max_am_size = 1;
@@ -338,18 +389,77 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     wireup_config_.responder_resources = static_cast<uint8_t>(std::min(dev_attr.max_qp_rd_atom, 16));
     wireup_config_.initiator_depth     = static_cast<uint8_t>(std::min(dev_attr.max_qp_init_rd_atom, 16));
 
-    /* CQs of the data QPs */
-    const int cq_len = static_cast<int>(config.tx_queue_len) * 4;
-    send_cq_.reset(ibv_create_cq(md->context(), cq_len, nullptr, nullptr, 0));
-    recv_cq_.reset(ibv_create_cq(md->context(), cq_len, nullptr, nullptr, 0));
+    /* data path resources */
+    if ((config.tx_queue_len == 0) || (config.tx_queue_len > 16384)) {
+        throw config_error("TX_QUEUE_LEN", std::to_string(config.tx_queue_len), "must be 1..16384");
+    }
+    if ((config.rx_queue_len < 16) || (config.rx_queue_len > static_cast<unsigned>(dev_attr.max_srq_wr))) {
+        throw config_error("RX_QUEUE_LEN", std::to_string(config.rx_queue_len),
+                           "must be 16.." + std::to_string(dev_attr.max_srq_wr));
+    }
+    if ((config.seg_size < 256) || (config.seg_size > (1u << 30))) {
+        throw config_error("SEG_SIZE", std::to_string(config.seg_size), "must be 256 bytes..1G");
+    }
+    tx_queue_len_  = config.tx_queue_len;
+    seg_size_      = config.seg_size;
+    atomics_       = (dev_attr.atomic_cap != IBV_ATOMIC_NONE);
+    max_send_sge_  = static_cast<uint32_t>(std::min(dev_attr.max_sge, 8));
+    rx_headroom_   = (params->field_mask & UCT_IFACE_PARAM_FIELD_RX_HEADROOM) ? params->rx_headroom : 0;
+
+    comp_channel_.reset(ibv_create_comp_channel(md->context()));
+    if (!comp_channel_) {
+        throw_errno("ibv_create_comp_channel(" + resource_name_ + ")", errno);
+    }
+    const int fl = fcntl(comp_channel_->fd, F_GETFL);
+    if ((fl < 0) || (fcntl(comp_channel_->fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
+        throw_errno("fcntl(O_NONBLOCK) on the completion channel", errno);
+    }
+    /* every signaled send takes a TxOp, so the send CQ cannot overflow */
+    const int send_cq_len = std::min(dev_attr.max_cqe, 4096);
+    const int recv_cq_len = std::min(dev_attr.max_cqe, static_cast<int>(config.rx_queue_len));
+    send_cq_.reset(ibv_create_cq(md->context(), send_cq_len, nullptr, comp_channel_.get(), 0));
+    recv_cq_.reset(ibv_create_cq(md->context(), recv_cq_len, nullptr, comp_channel_.get(), 0));
     if (!send_cq_ || !recv_cq_) {
         throw_errno("ibv_create_cq(" + resource_name_ + ")", errno);
     }
+    ops_.resize(static_cast<size_t>(send_cq_len));
+    for (auto &op : ops_) {
+        put_op(&op);
+    }
+
+    ibv_srq_init_attr srq_attr = {};
+    srq_attr.attr.max_wr       = config.rx_queue_len;
+    srq_attr.attr.max_sge      = 1;
+    srq_ = ibv_create_srq(md->pd(), &srq_attr);
+    if (srq_ == nullptr) {
+        throw_errno("ibv_create_srq(" + resource_name_ + ")", errno);
+    }
+
+    const auto &nodes = md->locality().whole_machine ? std::vector<unsigned>{} :
+                                                       md->locality().numa_nodes;
+    tx_pool_ = std::make_unique<BufferPool>(md->pd(), config.tx_queue_len * 2, seg_size_, nodes,
+                                            "bounce buffers");
+    /* receive buffer: [release descriptor pointer][rx headroom][payload] */
+    rx_pool_ = std::make_unique<BufferPool>(md->pd(), config.rx_queue_len,
+                                            sizeof(void *) + rx_headroom_ + seg_size_, nodes,
+                                            "receive buffers");
+    ucs_debug("xqp: %s buffers: bounce %s, receive %s", resource_name_.c_str(),
+              tx_pool_->placement().c_str(), rx_pool_->placement().c_str());
+    recv_desc_.super.cb = release_desc;
+    recv_desc_.iface    = this;
+    for (size_t i = 0; i < rx_pool_->count(); ++i) {
+        post_rx(rx_pool_->get());
+    }
+
     wireup::QpShape shape;
-    shape.pd          = md->pd();
-    shape.send_cq     = send_cq_.get();
-    shape.recv_cq     = recv_cq_.get();
-    shape.max_send_wr = config.tx_queue_len;
+    shape.pd              = md->pd();
+    shape.send_cq         = send_cq_.get();
+    shape.recv_cq         = recv_cq_.get();
+    shape.srq             = srq_;
+    shape.max_send_wr     = config.tx_queue_len;
+    shape.max_send_sge    = max_send_sge_;
+    shape.max_inline_data = static_cast<uint32_t>(std::min<size_t>(config.max_inline, 1024));
+    max_inline_           = probe_max_inline(md->pd(), shape);
 
     /* the listener */
     channel_.reset(rdma_create_event_channel());
@@ -360,6 +470,7 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     if ((flags < 0) || (fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0)) {
         throw_errno("fcntl(O_NONBLOCK) on the rdma_cm channel", errno);
     }
+    shape.max_inline_data = static_cast<uint32_t>(max_inline_);
     cm_ = std::make_unique<wireup::RdmaCmOps>(channel_.get(), shape);
 
     listen_addr_ = pick_listen_address(device, port);
@@ -414,6 +525,10 @@ Iface::~Iface()
     UCS_ASYNC_UNBLOCK(async_);
     listener_.reset();
     uct_base_iface_progress_disable(handle(), UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    /* every QP using the SRQ is gone with the passive connections and eps */
+    if (srq_ != nullptr) {
+        ibv_destroy_srq(srq_);
+    }
     UCS_CLASS_CLEANUP(uct_base_iface_t, &handle_.super);
 }
 
@@ -557,6 +672,240 @@ int Iface::passive_info(unsigned index, xqp_wireup_info_t *info) const
     return 0;
 }
 
+/* ------------------------------------------------------------------ data path */
+
+void Iface::post_rx(uint8_t *buf)
+{
+    *reinterpret_cast<uct_recv_desc_t **>(buf) = &recv_desc_.super;
+    ibv_sge sge          = {};
+    sge.addr             = reinterpret_cast<uintptr_t>(buf + sizeof(void *) + rx_headroom_);
+    sge.length           = static_cast<uint32_t>(seg_size_);
+    sge.lkey             = rx_pool_->lkey();
+    ibv_recv_wr wr       = {};
+    wr.wr_id             = reinterpret_cast<uintptr_t>(buf);
+    wr.sg_list           = &sge;
+    wr.num_sge           = 1;
+    ibv_recv_wr *bad     = nullptr;
+    const int ret        = ibv_post_srq_recv(srq_, &wr, &bad);
+    if (ret != 0) {
+        ucs_error("xqp: %s: ibv_post_srq_recv: %s", resource_name_.c_str(), strerror(ret));
+        rx_pool_->put(buf);
+    }
+}
+
+void Iface::release_desc(uct_recv_desc_t *self, void *desc)
+{
+    /* desc = payload - rx_headroom; the descriptor pointer sits before it */
+    auto *iface = reinterpret_cast<RecvDesc *>(self)->iface;
+    iface->post_rx(static_cast<uint8_t *>(desc) - sizeof(void *));
+}
+
+void Iface::handle_recv_completion(const ibv_wc &wc)
+{
+    auto *buf = reinterpret_cast<uint8_t *>(wc.wr_id);
+    if (wc.status != IBV_WC_SUCCESS) {
+        if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+            ucs_error("xqp: %s: receive completion error: %s", resource_name_.c_str(),
+                      ibv_wc_status_str(wc.status));
+        }
+        rx_pool_->put(buf);
+        return;
+    }
+    /* the AM id travels as immediate data, so the payload is all the user's */
+    const uint32_t am_id = ntohl(wc.imm_data);
+    if (!(wc.wc_flags & IBV_WC_WITH_IMM) || (am_id >= UCT_AM_ID_MAX)) {
+        ucs_error("xqp: %s: dropped a malformed message (%u bytes, %s, id %u) from qp 0x%x",
+                  resource_name_.c_str(), wc.byte_len,
+                  (wc.wc_flags & IBV_WC_WITH_IMM) ? "with immediate" : "no immediate", am_id,
+                  wc.src_qp);
+        post_rx(buf);
+        return;
+    }
+    uint8_t *data             = buf + sizeof(void *) + rx_headroom_;
+    const ucs_status_t status = uct_iface_invoke_am(&handle_.super, static_cast<uint8_t>(am_id),
+                                                    data, wc.byte_len, UCT_CB_PARAM_FLAG_DESC);
+    if (status == UCS_OK) {
+        post_rx(buf);
+    }
+    /* UCS_INPROGRESS: the handler kept the descriptor; uct_iface_release_desc
+     * posts it again */
+}
+
+void Iface::handle_send_completion(const ibv_wc &wc)
+{
+    auto *op = reinterpret_cast<TxOp *>(wc.wr_id);
+    ucs_status_t status = UCS_OK;
+    if (wc.status != IBV_WC_SUCCESS) {
+        status = ((wc.status == IBV_WC_RETRY_EXC_ERR) || (wc.status == IBV_WC_RNR_RETRY_EXC_ERR)) ?
+                         UCS_ERR_ENDPOINT_TIMEOUT :
+                 (wc.status == IBV_WC_WR_FLUSH_ERR) ? UCS_ERR_CANCELED :
+                                                      UCS_ERR_IO_ERROR;
+    }
+    if (status == UCS_OK) {
+        if (op->kind == TxOp::Kind::GetBcopy) {
+            op->unpack(op->unpack_arg, op->buf, op->length);
+        } else if (op->kind == TxOp::Kind::Fetch64) {
+            std::memcpy(op->result, op->buf, sizeof(uint64_t));
+        }
+    }
+    if (op->ep != nullptr) {
+        op->ep->on_send_completion(op, status, wc.status);
+    }
+    if (op->comp != nullptr) {
+        uct_invoke_completion(op->comp, status);
+    }
+    if (op->buf != nullptr) {
+        tx_pool_->put(op->buf);
+    }
+    put_op(op);
+}
+
+unsigned Iface::progress()
+{
+    unsigned count = 0;
+    ibv_wc wcs[16];
+
+    /* completions event_arm took out of the CQs first */
+    if (ucs_unlikely(!stash_.empty())) {
+        std::vector<std::pair<bool, ibv_wc>> stash;
+        stash.swap(stash_);
+        for (const auto &[from_recv_cq, wc] : stash) {
+            if (from_recv_cq) {
+                handle_recv_completion(wc);
+            } else {
+                handle_send_completion(wc);
+            }
+            ++count;
+        }
+    }
+
+    int n = ibv_poll_cq(send_cq_.get(), 16, wcs);
+    for (int i = 0; i < n; ++i) {
+        handle_send_completion(wcs[i]);
+    }
+    count += (n > 0) ? n : 0;
+
+    n = ibv_poll_cq(recv_cq_.get(), 16, wcs);
+    for (int i = 0; i < n; ++i) {
+        handle_recv_completion(wcs[i]);
+    }
+    count += (n > 0) ? n : 0;
+
+    if (ucs_unlikely(!ready_.empty())) {
+        std::vector<ep::Endpoint *> ready;
+        ready.swap(ready_);
+        for (auto *ep : ready) {
+            count += ep->dispatch();
+        }
+    }
+
+    /* rdma_cm events the async thread could not deliver while the
+     * application held the async context run here */
+    if (ucs_unlikely(!ucs_mpmc_queue_is_empty(&async_->missed))) {
+        UCS_ASYNC_BLOCK(async_);
+        ucs_async_check_miss(async_);
+        UCS_ASYNC_UNBLOCK(async_);
+        ++count;
+    }
+    return count;
+}
+
+void Iface::schedule_pending(ep::Endpoint *ep)
+{
+    if (std::find(ready_.begin(), ready_.end(), ep) == ready_.end()) {
+        ready_.push_back(ep);
+    }
+}
+
+void Iface::remove_ep(ep::Endpoint *ep)
+{
+    eps_.erase(std::remove(eps_.begin(), eps_.end(), ep), eps_.end());
+    ready_.erase(std::remove(ready_.begin(), ready_.end(), ep), ready_.end());
+}
+
+void Iface::drain(ep::Endpoint *ep)
+{
+    /* bounded: a QP in the error state flushes every request quickly */
+    const ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(5.0);
+    ibv_wc wcs[16];
+    while (ep->outstanding() > 0) {
+        const int n = ibv_poll_cq(send_cq_.get(), 16, wcs);
+        for (int i = 0; i < n; ++i) {
+            handle_send_completion(wcs[i]);
+        }
+        if ((n <= 0) && (ucs_get_time() > deadline)) {
+            ucs_warn("xqp: %s: %u requests of ep %p did not complete", resource_name_.c_str(),
+                     ep->outstanding(), ep);
+            break;
+        }
+    }
+    /* completions still queued for it (none expected) must not find it */
+    for (auto &op : ops_) {
+        if (op.ep == ep) {
+            op.ep = nullptr;
+        }
+    }
+    for (auto &[from_recv_cq, wc] : stash_) {
+        auto *op = reinterpret_cast<TxOp *>(wc.wr_id);
+        if (!from_recv_cq && (op->ep == ep)) {
+            op->ep = nullptr;
+        }
+    }
+}
+
+ucs_status_t Iface::flush(unsigned flags, uct_completion_t *comp)
+{
+    if (comp != nullptr) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+    for (auto *ep : eps_) {
+        const ucs_status_t status = ep->flush(flags, nullptr);
+        if ((status == UCS_INPROGRESS) || (status == UCS_ERR_NO_RESOURCE)) {
+            return UCS_INPROGRESS;
+        }
+    }
+    return UCS_OK;
+}
+
+void Iface::fence_all()
+{
+    for (auto *ep : eps_) {
+        ep->fence();
+    }
+}
+
+ucs_status_t Iface::event_arm(unsigned events)
+{
+    /* consume the notifications that woke the caller */
+    ibv_cq *cq;
+    void *ctx;
+    while (ibv_get_cq_event(comp_channel_.get(), &cq, &ctx) == 0) {
+        ibv_ack_cq_events(cq, 1);
+    }
+    if (!stash_.empty()) {
+        return UCS_ERR_BUSY;
+    }
+    const bool send = events & UCT_EVENT_SEND_COMP;
+    const bool recv = events & (UCT_EVENT_RECV | UCT_EVENT_RECV_SIG);
+    if ((send && (ibv_req_notify_cq(send_cq_.get(), 0) != 0)) ||
+        (recv && (ibv_req_notify_cq(recv_cq_.get(), 0) != 0))) {
+        return UCS_ERR_IO_ERROR;
+    }
+    /* completions that arrived before the CQs were armed raise no event:
+     * take them out now (progress handles them) and report busy */
+    ibv_wc wcs[16];
+    for (const bool from_recv_cq : {false, true}) {
+        if (from_recv_cq ? !recv : !send) {
+            continue;
+        }
+        const int n = ibv_poll_cq(from_recv_cq ? recv_cq_.get() : send_cq_.get(), 16, wcs);
+        for (int i = 0; i < n; ++i) {
+            stash_.emplace_back(from_recv_cq, wcs[i]);
+        }
+    }
+    return stash_.empty() ? UCS_OK : UCS_ERR_BUSY;
+}
+
 /* ------------------------------------------------------------------ attributes */
 
 void Iface::query(uct_iface_attr_t *attr)
@@ -565,13 +914,47 @@ void Iface::query(uct_iface_attr_t *attr)
     attr->device_addr_len = kDeviceAddrLen;
     attr->iface_addr_len  = kIfaceAddrLen;
     attr->ep_addr_len     = 0;
-    /* connections, and the pending queue they need; the data operations
-     * come with the data path */
-    attr->cap.flags           = UCT_IFACE_FLAG_CONNECT_TO_IFACE | UCT_IFACE_FLAG_PENDING;
+    attr->cap.flags = UCT_IFACE_FLAG_CONNECT_TO_IFACE | UCT_IFACE_FLAG_PENDING |
+                      UCT_IFACE_FLAG_PUT_SHORT | UCT_IFACE_FLAG_PUT_BCOPY |
+                      UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_GET_BCOPY |
+                      UCT_IFACE_FLAG_GET_ZCOPY | UCT_IFACE_FLAG_AM_SHORT |
+                      UCT_IFACE_FLAG_AM_BCOPY | UCT_IFACE_FLAG_AM_ZCOPY |
+                      UCT_IFACE_FLAG_CB_SYNC | UCT_IFACE_FLAG_CB_ASYNC;
+    attr->cap.event_flags = UCT_IFACE_FLAG_EVENT_SEND_COMP | UCT_IFACE_FLAG_EVENT_RECV |
+                            UCT_IFACE_FLAG_EVENT_FD;
+    if (atomics_) {
+        /* what verbs offer on every provider with atomics: 64-bit fetch-add
+         * and compare-swap; UCP emulates the rest */
+        attr->cap.flags |= UCT_IFACE_FLAG_ATOMIC_DEVICE;
+        attr->cap.atomic64.op_flags  = UCS_BIT(UCT_ATOMIC_OP_ADD);
+        attr->cap.atomic64.fop_flags = UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_CSWAP);
+    }
+    const size_t am_hdr = sizeof(uint64_t); /* am_short's header */
+    attr->cap.put.max_short       = max_inline_;
+    attr->cap.put.max_bcopy       = seg_size_;
+    attr->cap.put.min_zcopy       = 0;
+    attr->cap.put.max_zcopy       = 1ul << 30;
+    attr->cap.put.opt_zcopy_align = 1;
+    attr->cap.put.align_mtu       = 1;
+    attr->cap.put.max_iov         = max_send_sge_;
+    attr->cap.get.max_bcopy       = seg_size_;
+    attr->cap.get.min_zcopy       = 0;
+    attr->cap.get.max_zcopy       = 1ul << 30;
+    attr->cap.get.opt_zcopy_align = 1;
+    attr->cap.get.align_mtu       = 1;
+    attr->cap.get.max_iov         = max_send_sge_;
+    attr->cap.am.max_short        = (max_inline_ > am_hdr) ? (max_inline_ - am_hdr) : 0;
+    attr->cap.am.max_bcopy        = seg_size_;
+    attr->cap.am.min_zcopy        = 0;
+    attr->cap.am.max_zcopy        = seg_size_;
+    attr->cap.am.opt_zcopy_align  = 1;
+    attr->cap.am.align_mtu        = 1;
+    attr->cap.am.max_hdr          = std::min<size_t>(seg_size_ / 2, 128);
+    attr->cap.am.max_iov          = max_send_sge_ - 1;
     attr->bandwidth.dedicated = 0;
     attr->bandwidth.shared    = bandwidth_;
-    attr->latency             = ucs_linear_func_make(0, 0);
-    attr->overhead            = 0;
+    attr->latency             = ucs_linear_func_make(700e-9, 0);
+    attr->overhead            = 75e-9;
     attr->priority            = 0;
 }
 

@@ -16,6 +16,7 @@
 #define XQP_IFACE_IFACE_H
 
 #include "compat/ucx.h"
+#include "iface/buffers.h"
 #include "md/md.h"
 #include "wireup/cm_ops.h"
 #include "wireup/connection.h"
@@ -27,7 +28,29 @@
 #include <string>
 #include <vector>
 
+namespace xqp::ep {
+class Endpoint;
+}
+
 namespace xqp::iface {
+
+/*
+ * One signaled work request in flight. wr_id points here; the completion
+ * finds its endpoint, what to finish (user completion, bcopy unpack, fetched
+ * atomic value) and the bounce buffer to return.
+ */
+struct TxOp {
+    enum class Kind : uint8_t { Plain, GetBcopy, Fetch64 };
+    ep::Endpoint         *ep     = nullptr;
+    uct_completion_t     *comp   = nullptr;
+    uint8_t              *buf    = nullptr;
+    Kind                  kind   = Kind::Plain;
+    uct_unpack_callback_t unpack = nullptr;
+    void                 *unpack_arg = nullptr;
+    uint32_t              length = 0;
+    uint64_t             *result = nullptr;
+    TxOp                 *next_free = nullptr;
+};
 
 /* UCX_XQP_* interface options */
 struct Config {
@@ -40,6 +63,9 @@ struct Config {
     double             route_resolve_timeout;
     unsigned           connect_retries;
     unsigned           tx_queue_len;
+    unsigned           rx_queue_len;
+    size_t             seg_size;
+    size_t             max_inline;
 };
 
 extern ucs_config_field_t config_table[];
@@ -74,6 +100,42 @@ public:
     uct_worker_h worker() const { return worker_; }
 
     void query(uct_iface_attr_t *attr);
+
+    /* data path (main thread) */
+    unsigned progress();
+    ucs_status_t flush(unsigned flags, uct_completion_t *comp);
+    void fence_all();
+    int event_fd() const { return comp_channel_->fd; }
+    ucs_status_t event_arm(unsigned events);
+
+    TxOp *get_op()
+    {
+        TxOp *op = free_ops_;
+        if (op != nullptr) {
+            free_ops_ = op->next_free;
+            *op       = TxOp{};
+        }
+        return op;
+    }
+    void put_op(TxOp *op)
+    {
+        op->next_free = free_ops_;
+        free_ops_     = op;
+    }
+    bool has_free_op() const { return free_ops_ != nullptr; }
+    BufferPool &tx_pool() { return *tx_pool_; }
+    size_t max_inline() const { return max_inline_; }
+    size_t seg_size() const { return seg_size_; }
+    uint32_t max_send_sge() const { return max_send_sge_; }
+    bool atomics() const { return atomics_; }
+    uint32_t tx_queue_len() const { return tx_queue_len_; }
+
+    void add_ep(ep::Endpoint *ep) { eps_.push_back(ep); }
+    void remove_ep(ep::Endpoint *ep);
+    /* an endpoint whose pending queue may run now */
+    void schedule_pending(ep::Endpoint *ep);
+    /* polls the send CQ until ep has no work request in flight (or timeout) */
+    void drain(ep::Endpoint *ep);
     void get_device_address(uint8_t *addr) const;
     void get_address(uint8_t *addr) const;
     bool is_reachable(const uint8_t *dev_addr, const uint8_t *iface_addr) const;
@@ -95,6 +157,12 @@ public:
     void on_log(wireup::Connection &conn, const std::string &line) override;
 
 private:
+    void handle_send_completion(const ibv_wc &wc);
+    void handle_recv_completion(const ibv_wc &wc);
+    void post_rx(uint8_t *buf);
+    static void release_desc(uct_recv_desc_t *self, void *desc);
+    void probe_qp_caps(const Config &config);
+
     static void cm_event_handler(int id, ucs_event_set_types_t events, void *arg);
     void progress_cm_events();
     void record_passive(wireup::Connection &conn);
@@ -111,8 +179,28 @@ private:
 
     verbs::EventChannel channel_;
     verbs::CmId         listener_;
+    verbs::CompChannel  comp_channel_;
     verbs::Cq           send_cq_;
     verbs::Cq           recv_cq_;
+    ibv_srq            *srq_ = nullptr;
+    std::unique_ptr<BufferPool> tx_pool_;
+    std::unique_ptr<BufferPool> rx_pool_;
+    std::vector<TxOp>   ops_;
+    TxOp               *free_ops_ = nullptr;
+    /* completions event_arm polled early: (from the receive CQ, wc) */
+    std::vector<std::pair<bool, ibv_wc>> stash_;
+    size_t              rx_headroom_ = 0;
+    struct RecvDesc {
+        uct_recv_desc_t super;
+        Iface          *iface;
+    } recv_desc_;
+    size_t              seg_size_    = 0;
+    size_t              max_inline_  = 0;
+    uint32_t            max_send_sge_ = 1;
+    uint32_t            tx_queue_len_ = 0;
+    bool                atomics_     = false;
+    std::vector<ep::Endpoint *> eps_;
+    std::vector<ep::Endpoint *> ready_;
     std::unique_ptr<wireup::RdmaCmOps> cm_;
     wireup::VerbsEceProvider ece_provider_;
     bool                async_handler_ = false;

@@ -50,21 +50,86 @@ static int md_is_sockaddr_accessible(uct_md_h, const ucs_sock_addr_t *, uct_sock
     return 0;
 }
 
-/*
- * Memory registration, allocation and keys belong to the data path; until it
- * exists the MD advertises none of them (md_query reports no REG/ALLOC flags),
- * so UCP never selects these slots.
- */
+/* ibv access flags for a registration: no wider than the UCT flags ask */
+int access_flags(unsigned uct_flags)
+{
+    const unsigned all    = UCT_MD_MEM_ACCESS_ALL;
+    const unsigned access = (uct_flags & all) ? (uct_flags & all) : all;
+    /* local write: the HCA writes received data and read responses here */
+    int flags = IBV_ACCESS_LOCAL_WRITE;
+    if (access & UCT_MD_MEM_ACCESS_REMOTE_PUT) {
+        flags |= IBV_ACCESS_REMOTE_WRITE;
+    }
+    if (access & UCT_MD_MEM_ACCESS_REMOTE_GET) {
+        flags |= IBV_ACCESS_REMOTE_READ;
+    }
+    if (access & UCT_MD_MEM_ACCESS_REMOTE_ATOMIC) {
+        flags |= IBV_ACCESS_REMOTE_ATOMIC;
+    }
+    return flags;
+}
+
+static ucs_status_t md_mem_reg(uct_md_h md, void *address, size_t length, unsigned flags,
+                               uct_mem_h *memh_p)
+{
+    auto *self = MemoryDomain::from(md);
+    ibv_mr *mr = ibv_reg_mr(self->pd(), address, length, access_flags(flags));
+    if (mr == nullptr) {
+        uct_md_log_mem_reg_error(flags, "xqp: ibv_reg_mr(%p, %zu) on %s failed: %m", address,
+                                 length, self->device_name().c_str());
+        return UCS_ERR_IO_ERROR;
+    }
+    *memh_p = mr;
+    return UCS_OK;
+}
+
+static ucs_status_t md_mem_dereg(uct_md_h, const uct_md_mem_dereg_params_t *params)
+{
+    UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
+    const int ret = ibv_dereg_mr(static_cast<ibv_mr *>(params->memh));
+    if (ret != 0) {
+        ucs_error("xqp: ibv_dereg_mr: %s", strerror(ret));
+        return UCS_ERR_IO_ERROR;
+    }
+    return UCS_OK;
+}
+
+static ucs_status_t md_mkey_pack(uct_md_h, uct_mem_h memh, const uct_md_mkey_pack_params_t *,
+                                 void *rkey_buffer)
+{
+    pack_rkey(static_cast<ibv_mr *>(memh)->rkey, rkey_buffer);
+    return UCS_OK;
+}
+
+void pack_rkey(uint32_t rkey, void *buffer)
+{
+    const uint32_t words[2] = {kRkeyTag, rkey};
+    std::memcpy(buffer, words, sizeof(words));
+}
+
+ucs_status_t unpack_rkey(const void *buffer, uint32_t *rkey)
+{
+    uint32_t words[2];
+    std::memcpy(words, buffer, sizeof(words));
+    if (words[0] != kRkeyTag) {
+        ucs_error("xqp: invalid remote key (tag 0x%x): not packed by an xqp memory domain",
+                  words[0]);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    *rkey = words[1];
+    return UCS_OK;
+}
+
 static uct_md_ops_t md_ops = {
     /* close                  */ md_close,
     /* query                  */ md_query,
     /* mem_alloc              */ compat::unsupported<uct_md_mem_alloc_func_t>,
     /* mem_free               */ compat::unsupported<uct_md_mem_free_func_t>,
     /* mem_advise             */ compat::unsupported<uct_md_mem_advise_func_t>,
-    /* mem_reg                */ compat::unsupported<uct_md_mem_reg_func_t>,
-    /* mem_dereg              */ compat::unsupported<uct_md_mem_dereg_func_t>,
+    /* mem_reg                */ md_mem_reg,
+    /* mem_dereg              */ md_mem_dereg,
     /* mem_query              */ compat::unsupported<uct_md_mem_query_func_t>,
-    /* mkey_pack              */ compat::unsupported<uct_md_mkey_pack_func_t>,
+    /* mkey_pack              */ md_mkey_pack,
     /* is_sockaddr_accessible */ md_is_sockaddr_accessible,
     /* detect_memory_type     */ compat::unsupported<uct_md_detect_memory_type_func_t>,
 };
@@ -145,15 +210,16 @@ MemoryDomain::MemoryDomain(uct_component_t *component, const std::string &device
 void MemoryDomain::query(compat::md_attr_t *attr) const
 {
     std::memset(attr, 0, sizeof(*attr));
-    attr->cap.flags            = 0;
+    attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_MEMH | UCT_MD_FLAG_NEED_RKEY;
     attr->cap.max_alloc        = 0;
-    attr->cap.max_reg          = 0;
-    attr->cap.reg_mem_types    = 0;
+    attr->cap.max_reg          = SIZE_MAX;
+    attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->cap.detect_mem_types = 0;
     attr->cap.alloc_mem_types  = 0;
     attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->rkey_packed_size     = 0;
-    attr->reg_cost             = ucs_linear_func_make(0, 0);
+    attr->rkey_packed_size     = kRkeyPackedSize;
+    /* pinning cost, in the order of what verbs providers show */
+    attr->reg_cost             = ucs_linear_func_make(16e-6, 0.06e-9);
     attr->local_cpus           = local_cpus_;
 }
 

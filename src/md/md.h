@@ -61,6 +61,16 @@ private:
     ucs_cpu_set_t      local_cpus_;
 };
 
+/* A packed remote key: a tag (so that foreign or corrupt keys are refused)
+ * and the MR's rkey. */
+constexpr uint32_t kRkeyTag        = 0x58515052u; /* "XQPR" */
+constexpr size_t   kRkeyPackedSize = 2 * sizeof(uint32_t);
+void pack_rkey(uint32_t rkey, void *buffer);
+ucs_status_t unpack_rkey(const void *buffer, uint32_t *rkey);
+
+/* ibv access flags for UCT_MD_MEM_ACCESS_* flags (all when none is given) */
+int access_flags(unsigned uct_flags);
+
 /* uct_component_t::md_open */
 ucs_status_t open(uct_component_t *component, const char *md_name,
                   const uct_md_config_t *config, uct_md_h *md_p);

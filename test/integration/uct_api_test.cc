@@ -174,8 +174,11 @@ TEST_F(XqpDevice, QueryNamesTheComponent)
     uct_md_attr_t attr;
     ASSERT_EQ(UCS_OK, uct_md_query(md_, &attr));
     EXPECT_STREQ("xqp", attr.component_name);
-    /* no registration until the data path exists */
-    EXPECT_EQ(0u, attr.cap.flags & (UCT_MD_FLAG_REG | UCT_MD_FLAG_ALLOC));
+    /* registration with packed remote keys; no allocation */
+    EXPECT_EQ(uint64_t(UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY | UCT_MD_FLAG_NEED_MEMH),
+              attr.cap.flags & (UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY |
+                                UCT_MD_FLAG_NEED_MEMH | UCT_MD_FLAG_ALLOC));
+    EXPECT_EQ(8u, attr.rkey_packed_size);
 }
 
 TEST_F(XqpDevice, ListsTransportOnActivePort)
@@ -195,15 +198,28 @@ TEST_F(XqpDevice, ListsTransportOnActivePort)
     EXPECT_TRUE(found) << "no xqp transport on " << device_ << ":1";
 }
 
-TEST_F(XqpDevice, InterfaceConnectsToIfaceWithoutDataOperationsYet)
+TEST_F(XqpDevice, InterfaceMeetsUcpLaneRules)
 {
     uct_iface_h iface = nullptr;
     ASSERT_EQ(UCS_OK, open_iface(device_ + ":1", &iface));
     uct_iface_attr_t attr;
     ASSERT_EQ(UCS_OK, uct_iface_query(iface, &attr));
-    /* the connection model and the pending queue; data operations come
-     * with the data path */
-    EXPECT_EQ(uint64_t(UCT_IFACE_FLAG_CONNECT_TO_IFACE | UCT_IFACE_FLAG_PENDING), attr.cap.flags);
+    const uint64_t f = attr.cap.flags;
+    /* connection model */
+    EXPECT_TRUE(f & UCT_IFACE_FLAG_CONNECT_TO_IFACE);
+    /* UCP 1.13: AM lane, RMA lane, rendezvous (zcopy + rkeys) */
+    const uint64_t am  = UCT_IFACE_FLAG_AM_BCOPY | UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC;
+    const uint64_t rma = UCT_IFACE_FLAG_PUT_SHORT | UCT_IFACE_FLAG_PUT_BCOPY |
+                         UCT_IFACE_FLAG_GET_BCOPY | UCT_IFACE_FLAG_PENDING;
+    const uint64_t rndv = UCT_IFACE_FLAG_GET_ZCOPY | UCT_IFACE_FLAG_PUT_ZCOPY;
+    EXPECT_EQ(am, f & am);
+    EXPECT_EQ(rma, f & rma);
+    EXPECT_EQ(rndv, f & rndv);
+    EXPECT_GT(attr.cap.put.max_short, 0u);
+    EXPECT_GE(attr.cap.am.max_bcopy, 256u);
+    /* honest atomics: 64-bit add and compare-swap when the device has them */
+    EXPECT_EQ(0u, attr.cap.atomic32.op_flags | attr.cap.atomic32.fop_flags);
+    EXPECT_EQ(0u, attr.cap.atomic64.fop_flags & UCS_BIT(UCT_ATOMIC_OP_SWAP));
     /* port / family + IP address of the rdma_cm listener */
     EXPECT_EQ(2u, attr.iface_addr_len);
     EXPECT_EQ(17u, attr.device_addr_len);
