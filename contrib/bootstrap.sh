@@ -41,6 +41,7 @@ PACKAGES=(
     libucx-dev ucx-utils libibverbs-dev librdmacm-dev ibverbs-providers
     libhwloc-dev libgtest-dev
     rdmacm-utils ibverbs-utils
+    openmpi-bin libopenmpi-dev
     dpkg-dev xz-utils
 )
 

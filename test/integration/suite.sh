@@ -251,6 +251,77 @@ test_bad_config_values_are_named() (
     echo "$out" | grep "Invalid value for ECE: 'sometimes'" || { echo "no error naming ECE"; exit 1; }
 )
 
+# ---------------------------------------------------------------- data path
+# perf_pair ENV ARGS...: ucx_perftest server + client through xqp-run
+perf_pair() {
+    local envs=$1
+    shift
+    local port=$((20000 + RANDOM % 10000)) rc=0 src=0
+    # shellcheck disable=SC2086
+    env $envs UCX_WARN_UNUSED_ENV_VARS=n timeout 180 "$RUN" ucx_perftest -p "$port" > "$WORK/perf.server" 2>&1 &
+    local server=$!
+    sleep 2
+    # shellcheck disable=SC2086
+    env $envs UCX_WARN_UNUSED_ENV_VARS=n timeout 180 "$RUN" ucx_perftest "$OOB_HOST" -p "$port" "$@" \
+        > "$WORK/perf.client" 2>&1 || rc=$?
+    wait "$server" || src=$?
+    grep -E "^Final:|ERROR|rror" "$WORK/perf.client" | head -5
+    [ "$rc" = 0 ] && [ "$src" = 0 ] && grep -q '^Final:' "$WORK/perf.client" || {
+        echo "== ucx_perftest $* failed (client $rc, server $src)"
+        tail -n 15 "$WORK/perf.client" "$WORK/perf.server"
+        return 1
+    }
+}
+
+test_uct_perftest() (
+    need_device
+    uct="-x xqp -d $DEV:1"
+    for t in "put_lat -s 8 -D short" "put_lat -s 4096 -D bcopy" "put_bw -s 65536 -D zcopy" \
+             "put_bw -s 4096 -D bcopy" "get -s 4096 -D bcopy" "get -s 65536 -D zcopy" \
+             "am_lat -s 8 -D short" "am_bw -s 4096 -D bcopy" "am_bw -s 8000 -D zcopy" \
+             "add_lat" "add_mr" "fadd" "cswap" "put_bw -s 65536 -D zcopy -o"; do
+        # shellcheck disable=SC2086
+        perf_pair "" $uct -t $t -n 300 || exit 1
+        echo "ok: $t"
+    done
+    # loopback mode: one process, an endpoint to its own interface
+    # shellcheck disable=SC2086
+    timeout 120 "$RUN" ucx_perftest $uct -t put_lat -s 8 -n 300 -l | grep -q '^Final:' || exit 1
+    echo "ok: put_lat -l"
+    # swap is not a verbs atomic: reported unsupported, not faked
+    ! perf_pair "" $uct -t swap -n 10 > /dev/null 2>&1
+)
+
+test_ucp_over_xqp_only() (
+    need_device
+    for t in "tag_lat -s 8" "tag_bw -s 4096" "tag_bw -s 1048576" "ucp_put_bw -s 65536" \
+             "ucp_get -s 65536" "ucp_fadd" "stream_bw -s 65536" "ucp_am_bw -s 65536"; do
+        # shellcheck disable=SC2086
+        perf_pair "UCX_TLS=xqp UCX_LOG_LEVEL=info" -t $t -n 200 || exit 1
+        # UCX's own log names the lanes: they must be xqp's
+        grep -q 'xqp/'"$DEV"':1' "$WORK/perf.client" ||
+            { echo "UCP did not use xqp for $t"; grep 'ep_cfg' "$WORK/perf.client"; exit 1; }
+        echo "ok: $t ($(grep -m1 'ep_cfg' "$WORK/perf.client" | sed 's/.*INFO *//'))"
+    done
+)
+
+test_mpi_over_xqp() (
+    need_device
+    prog=$TESTS/xqp_mpi_pingpong
+    if [ ! -x "$prog" ] || ! command -v mpirun > /dev/null; then
+        echo "Open MPI (openmpi-bin, mpicc) is not installed"
+        exit 77
+    fi
+    out=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 --mca pml ucx \
+              --mca pml_ucx_tls any --mca pml_ucx_devices any --mca btl '^vader,tcp,openib,uct' \
+              --mca osc '^ucx' -x LD_PRELOAD="$XQP_PLUGIN" -x UCX_TLS=xqp,self -x UCX_LOG_LEVEL=info \
+              -x UCX_WARN_UNUSED_ENV_VARS=n "$prog" 2>&1)
+    rc=$?
+    echo "$out" | grep -E 'ep_cfg|mpi ok|rank|rror'
+    [ "$rc" = 0 ] && echo "$out" | grep -q '^mpi ok' &&
+        echo "$out" | grep -q "ep_cfg.*tag(.*xqp/$DEV:1"
+)
+
 bench_wireup_vs_cmtime() (
     need_device
     "$XQP_SRCDIR/contrib/bench/wireup-vs-cmtime.sh" "$RUN" "$PEER" "$DEV" 256
@@ -274,6 +345,9 @@ run_test "wireup: 256 endpoints connect concurrently" test_wireup_256_endpoints
 run_test "wireup: both sides connect to each other at once" test_wireup_both_sides_connect_at_once
 run_test "wireup: no listener -> bounded retries -> unreachable" test_wireup_no_listener_fails_after_retries
 run_test "bad UCX_XQP_* values give errors naming the variable" test_bad_config_values_are_named
+run_test "ucx_perftest UCT: put/get/am/atomics over xqp, one-sided and loopback" test_uct_perftest
+run_test "ucx_perftest UCP with UCX_TLS=xqp: tag/rma/amo/stream/am" test_ucp_over_xqp_only
+run_test "Open MPI (pml ucx) 2 ranks over xqp: ping-pong to 4 MiB + allreduce" test_mpi_over_xqp
 # a benchmark: reports, never fails the suite on speed
 run_test "bench: 256 connections, xqp vs rdma-core cmtime" bench_wireup_vs_cmtime
 cat "$WORK/bench.txt" 2>/dev/null
