@@ -45,6 +45,9 @@ apt_install() {
         die "apt-get install $* failed"
 }
 
+is_ucx_src() { [ -f "$1/src/uct/base/uct_iface.h" ] && [ -f "$1/configure.ac" ]; }
+[ -z "$UCX_SRC" ] || is_ucx_src "$UCX_SRC" || die "$UCX_SRC is not a UCX source tree"
+
 # ---------------------------------------------------------------- build tree
 if [ ! -f "$BUILD/Makefile" ]; then
     [ -n "$UCX_SRC" ] || die "$BUILD has no Makefile: configure it, or pass UCX_SRC_DIR to have it configured"
@@ -64,7 +67,7 @@ TOP_SRC=$(mkvar abs_top_srcdir)
 [ -n "$VERSION" ] && [ -n "$TOP_SRC" ] || die "$BUILD/Makefile is not an xqp build tree"
 UCX_SRC=${UCX_SRC:-$(mkvar with_ucx_src)}
 [ -n "$UCX_SRC" ] || die "no UCX_SRC_DIR given and $BUILD was configured without --with-ucx-src"
-[ -f "$UCX_SRC/src/uct/base/uct_iface.h" ] || die "$UCX_SRC is not a UCX source tree"
+is_ucx_src "$UCX_SRC" || die "$UCX_SRC is not a UCX source tree"
 UCX_SRC=$(cd "$UCX_SRC" && pwd)
 
 # ---------------------------------------------------------------- tools

@@ -1,0 +1,1715 @@
+/*
+ * The xqp data path through UCX's public UCT API, in one process against a
+ * real RDMA device: one memory domain, one worker, two interfaces on
+ * "<dev>:1" (a sender and a receiver) and an endpoint from the sender to the
+ * receiver, connected through rdma_cm. Every operation the interface
+ * advertises is checked byte for byte: RMA (short, bcopy, zcopy with one or
+ * many iovs), active messages (bursts, kept descriptors, receive headroom),
+ * 64-bit atomics, flush and fence, pending queues, and malformed input.
+ *
+ * Run under xqp-run (the plugin preloaded) with XQP_EXPECT_DEVICE naming the
+ * device (the testbed's rxe0); without it every test is skipped. Sizes and
+ * bursts are kept small enough for Soft-RoCE under emulation.
+ */
+#include <uct/api/uct.h>
+#include <ucs/async/async_fwd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t  kKiB            = 1024;
+constexpr size_t  kMiB            = 1024 * kKiB;
+constexpr size_t  kGuard          = 64;   /* guard bytes on each side of a target */
+constexpr uint8_t kGuardByte      = 0xa5;
+constexpr size_t  kRemoteMisalign = 3;    /* targets start at odd addresses */
+constexpr size_t  kLocalMisalign  = 5;
+constexpr size_t  kGap            = 16;   /* between the pieces of a multi-iov buffer */
+constexpr uint8_t kAmId           = 7;
+constexpr size_t  kRxHeadroom     = 24;   /* the receiver's, as UCP asks for one */
+constexpr double  kTimeout        = 60.0; /* seconds; generous for emulation */
+
+const size_t kSizes[] = {1, 7, 8, 64, kKiB, 8 * kKiB, 64 * kKiB, kMiB, 4 * kMiB};
+
+/* byte i of a message of the given size; salt is an offset or a sequence
+ * number (7 is odd: 256 consecutive salts give 256 different bytes) */
+uint8_t pattern(size_t i, size_t size, size_t salt)
+{
+    return static_cast<uint8_t>((i * 131 + size + salt * 7) & 0xff);
+}
+
+std::vector<uint8_t> make_pattern(size_t size, size_t salt)
+{
+    std::vector<uint8_t> v(size);
+    for (size_t i = 0; i < size; ++i) {
+        v[i] = pattern(i, size, salt);
+    }
+    return v;
+}
+
+std::string size_name(size_t size)
+{
+    if ((size >= kMiB) && (size % kMiB == 0)) {
+        return std::to_string(size / kMiB) + "MiB";
+    }
+    if ((size >= kKiB) && (size % kKiB == 0)) {
+        return std::to_string(size / kKiB) + "KiB";
+    }
+    return std::to_string(size) + "B";
+}
+
+::testing::AssertionResult same_bytes(const uint8_t *got, const uint8_t *want, size_t n,
+                                      const std::string &what)
+{
+    for (size_t i = 0; i < n; ++i) {
+        if (got[i] != want[i]) {
+            size_t bad = 0;
+            for (size_t j = i; j < n; ++j) {
+                bad += (got[j] != want[j]) ? 1 : 0;
+            }
+            return ::testing::AssertionFailure()
+                   << what << ": byte " << i << " of " << n << " is 0x" << std::hex
+                   << unsigned(got[i]) << ", expected 0x" << unsigned(want[i]) << std::dec
+                   << " (" << bad << " bytes differ)";
+        }
+    }
+    return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult all_bytes(const uint8_t *p, size_t n, uint8_t value,
+                                     const std::string &what)
+{
+    for (size_t i = 0; i < n; ++i) {
+        if (p[i] != value) {
+            return ::testing::AssertionFailure()
+                   << what << ": byte " << i << " of " << n << " was overwritten with 0x"
+                   << std::hex << unsigned(p[i]) << " (guard 0x" << unsigned(value) << ")";
+        }
+    }
+    return ::testing::AssertionSuccess();
+}
+
+uint64_t load64(const void *p)
+{
+    uint64_t v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* a completion that counts its calls (standard layout: uct first) */
+struct Comp {
+    uct_completion_t uct;
+    int              calls  = 0;
+    ucs_status_t     status = UCS_INPROGRESS; /* never called */
+    void (*hook)(void *) = nullptr;
+    void            *hook_arg = nullptr;
+
+    explicit Comp(int count = 1)
+    {
+        uct.func   = &Comp::done;
+        uct.count  = count;
+        uct.status = UCS_OK;
+    }
+    static void done(uct_completion_t *self)
+    {
+        auto *c = reinterpret_cast<Comp *>(self);
+        ++c->calls;
+        c->status = self->status;
+        if (c->hook != nullptr) {
+            c->hook(c->hook_arg);
+        }
+    }
+};
+
+struct PackArg {
+    const uint8_t *src    = nullptr;
+    size_t         length = 0;
+    int            calls  = 0;
+};
+
+size_t pack_cb(void *dest, void *arg)
+{
+    auto *a = static_cast<PackArg *>(arg);
+    ++a->calls;
+    std::memcpy(dest, a->src, a->length);
+    return a->length;
+}
+
+struct UnpackArg {
+    uint8_t *dst      = nullptr;
+    size_t   capacity = 0;
+    size_t   length   = 0;
+    int      calls    = 0;
+};
+
+void unpack_cb(void *arg, const void *data, size_t length)
+{
+    auto *a = static_cast<UnpackArg *>(arg);
+    ++a->calls;
+    a->length = length;
+    std::memcpy(a->dst, data, std::min(length, a->capacity));
+}
+
+/* ------------------------------------------------------------------ AM sink */
+
+struct Held {
+    uint8_t             *data;
+    size_t               length;
+    std::vector<uint8_t> copy;
+};
+
+/* what one receiver interface got, in arrival order */
+struct AmSink {
+    std::vector<std::vector<uint8_t>> msgs;
+    std::vector<unsigned>             flags;
+    /* the handler keeps the descriptor (UCS_INPROGRESS) of message i when
+     * keep_every > 0 and i % keep_every == keep_phase, or when keep_all */
+    size_t            keep_every = 0;
+    size_t            keep_phase = 0;
+    bool              keep_all   = false;
+    std::vector<Held> held;
+    size_t            headroom   = kRxHeadroom;
+};
+
+ucs_status_t am_handler(void *arg, void *data, size_t length, unsigned flags)
+{
+    auto *sink        = static_cast<AmSink *>(arg);
+    auto *bytes       = static_cast<uint8_t *>(data);
+    const size_t index = sink->msgs.size();
+    sink->msgs.emplace_back(bytes, bytes + length);
+    sink->flags.push_back(flags);
+    const bool keep = sink->keep_all ||
+                      ((sink->keep_every > 0) && (index % sink->keep_every == sink->keep_phase));
+    if (keep && (flags & UCT_CB_PARAM_FLAG_DESC)) {
+        /* the headroom before the data belongs to the handler now (UCP puts
+         * its receive descriptor there) */
+        std::memset(bytes - sink->headroom, 0xcc, sink->headroom);
+        sink->held.push_back({bytes, length, sink->msgs.back()});
+        return UCS_INPROGRESS;
+    }
+    return UCS_OK;
+}
+
+/* messages that arrive while no test expects any */
+int g_stray_messages = 0;
+
+ucs_status_t stray_handler(void *, void *, size_t, unsigned)
+{
+    ++g_stray_messages;
+    return UCS_OK;
+}
+
+void release_held(AmSink &sink)
+{
+    for (auto &h : sink.held) {
+        uct_iface_release_desc(h.data - sink.headroom);
+    }
+    sink.held.clear();
+}
+
+/* ------------------------------------------------------------------ testbed */
+
+std::string expected_device()
+{
+    const char *dev = std::getenv("XQP_EXPECT_DEVICE");
+    return dev ? dev : "";
+}
+
+uct_component_h find_component(const char *name)
+{
+    uct_component_h *components = nullptr;
+    unsigned num                = 0;
+    if (uct_query_components(&components, &num) != UCS_OK) {
+        return nullptr;
+    }
+    uct_component_h found = nullptr;
+    for (unsigned i = 0; i < num; ++i) {
+        uct_component_attr_t attr = {};
+        attr.field_mask           = UCT_COMPONENT_ATTR_FIELD_NAME;
+        if ((uct_component_query(components[i], &attr) == UCS_OK) &&
+            (std::strcmp(attr.name, name) == 0)) {
+            found = components[i];
+        }
+    }
+    uct_release_component_list(components);
+    return found;
+}
+
+/* everything the tests share, set up once (connections are slow under
+ * emulation) and torn down by the environment at exit */
+struct Bed {
+    std::string          device;
+    uct_component_h      component = nullptr;
+    uct_md_h             md        = nullptr;
+    uct_md_attr_t        md_attr   = {};
+    ucs_async_context_t *async     = nullptr;
+    uct_worker_h         worker    = nullptr;
+    uct_iface_h          sender    = nullptr;
+    uct_iface_h          receiver  = nullptr;
+    uct_iface_attr_t     sattr     = {};
+    uct_iface_attr_t     rattr     = {};
+    uct_ep_h             ep        = nullptr;
+    std::string          failure; /* why the setup failed */
+    std::vector<std::pair<uct_ep_h, ucs_status_t>> ep_errors;
+
+    static Bed *instance;
+    static Bed *get();
+    void setup();
+    void teardown();
+
+    void progress() { uct_worker_progress(worker); }
+
+    template <class Pred>
+    bool wait_for(Pred &&pred, double seconds = kTimeout)
+    {
+        const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+        while (!pred()) {
+            if (Clock::now() > deadline) {
+                return pred();
+            }
+            progress();
+        }
+        return true;
+    }
+
+    /* progress for a while (to see what should NOT happen) */
+    void spin(double seconds)
+    {
+        const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+        while (Clock::now() < deadline) {
+            progress();
+        }
+    }
+
+    /* ep flush until it is neither in progress nor waiting for resources */
+    ucs_status_t flush(uct_ep_h e, double seconds = kTimeout)
+    {
+        const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+        for (;;) {
+            const ucs_status_t status = uct_ep_flush(e, 0, nullptr);
+            if ((status != UCS_INPROGRESS) && (status != UCS_ERR_NO_RESOURCE)) {
+                return status;
+            }
+            if (Clock::now() > deadline) {
+                return UCS_ERR_TIMED_OUT;
+            }
+            progress();
+        }
+    }
+
+    /* retries an operation that has no resources, progressing in between */
+    template <class Op>
+    ssize_t post(Op &&op, double seconds = kTimeout)
+    {
+        const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+        for (;;) {
+            const ssize_t r = op();
+            if ((r != UCS_ERR_NO_RESOURCE) || (Clock::now() > deadline)) {
+                return r;
+            }
+            progress();
+        }
+    }
+
+    ucs_status_t open_iface(size_t rx_headroom, const char *rx_queue_len, uct_iface_h *iface);
+    ucs_status_t connect(uct_iface_h from, uct_iface_h to, uct_ep_h *ep);
+};
+
+Bed *Bed::instance = nullptr;
+
+ucs_status_t ep_error_handler(void *arg, uct_ep_h ep, ucs_status_t status)
+{
+    static_cast<Bed *>(arg)->ep_errors.emplace_back(ep, status);
+    return UCS_OK;
+}
+
+ucs_status_t Bed::open_iface(size_t rx_headroom, const char *rx_queue_len, uct_iface_h *iface)
+{
+    uct_iface_config_t *config = nullptr;
+    ucs_status_t status = uct_md_iface_config_read(md, "xqp", nullptr, nullptr, &config);
+    if (status != UCS_OK) {
+        return status;
+    }
+    if (rx_queue_len != nullptr) {
+        status = uct_config_modify(config, "RX_QUEUE_LEN", rx_queue_len);
+        if (status != UCS_OK) {
+            uct_config_release(config);
+            return status;
+        }
+    }
+    const std::string dev_name    = device + ":1";
+    uct_iface_params_t params     = {};
+    params.field_mask             = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
+                                    UCT_IFACE_PARAM_FIELD_DEVICE |
+                                    UCT_IFACE_PARAM_FIELD_RX_HEADROOM |
+                                    UCT_IFACE_PARAM_FIELD_ERR_HANDLER |
+                                    UCT_IFACE_PARAM_FIELD_ERR_HANDLER_ARG |
+                                    UCT_IFACE_PARAM_FIELD_ERR_HANDLER_FLAGS;
+    params.open_mode              = UCT_IFACE_OPEN_MODE_DEVICE;
+    params.mode.device.tl_name    = "xqp";
+    params.mode.device.dev_name   = dev_name.c_str();
+    params.rx_headroom            = rx_headroom;
+    params.err_handler            = ep_error_handler;
+    params.err_handler_arg        = this;
+    params.err_handler_flags      = UCT_CB_FLAG_ASYNC;
+    status = uct_iface_open(md, worker, &params, config, iface);
+    uct_config_release(config);
+    if (status == UCS_OK) {
+        uct_iface_progress_enable(*iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    }
+    return status;
+}
+
+/* creates an ep and waits until it is connected (flush says UCS_OK) */
+ucs_status_t Bed::connect(uct_iface_h from, uct_iface_h to, uct_ep_h *ep_p)
+{
+    uct_iface_attr_t attr;
+    ucs_status_t status = uct_iface_query(to, &attr);
+    if (status != UCS_OK) {
+        return status;
+    }
+    std::vector<uint8_t> dev(attr.device_addr_len), addr(attr.iface_addr_len);
+    auto *dev_addr   = reinterpret_cast<uct_device_addr_t *>(dev.data());
+    auto *iface_addr = reinterpret_cast<uct_iface_addr_t *>(addr.data());
+    if (((status = uct_iface_get_device_address(to, dev_addr)) != UCS_OK) ||
+        ((status = uct_iface_get_address(to, iface_addr)) != UCS_OK)) {
+        return status;
+    }
+    uct_ep_params_t params = {};
+    params.field_mask      = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
+                             UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    params.iface           = from;
+    params.dev_addr        = dev_addr;
+    params.iface_addr      = iface_addr;
+    status = uct_ep_create(&params, ep_p);
+    if (status != UCS_OK) {
+        return status;
+    }
+    status = flush(*ep_p);
+    if (status != UCS_OK) {
+        uct_ep_destroy(*ep_p);
+        *ep_p = nullptr;
+    }
+    return status;
+}
+
+void Bed::setup()
+{
+    auto fail = [this](const std::string &what, ucs_status_t status) {
+        failure = what + ": " + ucs_status_string(status);
+    };
+    device    = expected_device();
+    component = find_component("xqp");
+    if (component == nullptr) {
+        failure = "component xqp is not registered: run under xqp-run";
+        return;
+    }
+    uct_md_config_t *md_config = nullptr;
+    ucs_status_t status = uct_md_config_read(component, nullptr, nullptr, &md_config);
+    if (status != UCS_OK) {
+        return fail("uct_md_config_read", status);
+    }
+    status = uct_md_open(component, device.c_str(), md_config, &md);
+    uct_config_release(md_config);
+    if (status != UCS_OK) {
+        return fail("uct_md_open(" + device + ")", status);
+    }
+    if ((status = uct_md_query(md, &md_attr)) != UCS_OK) {
+        return fail("uct_md_query", status);
+    }
+    if ((status = ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &async)) != UCS_OK) {
+        return fail("ucs_async_context_create", status);
+    }
+    if ((status = uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker)) != UCS_OK) {
+        return fail("uct_worker_create", status);
+    }
+    if ((status = open_iface(0, nullptr, &sender)) != UCS_OK) {
+        return fail("uct_iface_open(sender)", status);
+    }
+    if ((status = open_iface(kRxHeadroom, nullptr, &receiver)) != UCS_OK) {
+        return fail("uct_iface_open(receiver)", status);
+    }
+    if (((status = uct_iface_query(sender, &sattr)) != UCS_OK) ||
+        ((status = uct_iface_query(receiver, &rattr)) != UCS_OK)) {
+        return fail("uct_iface_query", status);
+    }
+    if ((status = connect(sender, receiver, &ep)) != UCS_OK) {
+        return fail("connecting sender to receiver", status);
+    }
+}
+
+void Bed::teardown()
+{
+    if (ep != nullptr) {
+        flush(ep, 10);
+        uct_ep_destroy(ep);
+    }
+    for (auto *iface : {sender, receiver}) {
+        if (iface != nullptr) {
+            uct_iface_close(iface);
+        }
+    }
+    if (worker != nullptr) {
+        uct_worker_destroy(worker);
+    }
+    if (async != nullptr) {
+        ucs_async_context_destroy(async);
+    }
+    if (md != nullptr) {
+        uct_md_close(md);
+    }
+}
+
+Bed *Bed::get()
+{
+    if (instance == nullptr) {
+        instance = new Bed;
+        instance->setup();
+    }
+    return instance;
+}
+
+class BedEnvironment : public ::testing::Environment {
+public:
+    void TearDown() override
+    {
+        if (Bed::instance != nullptr) {
+            Bed::instance->teardown();
+            delete Bed::instance;
+            Bed::instance = nullptr;
+        }
+    }
+};
+
+[[maybe_unused]] ::testing::Environment *const g_environment =
+        ::testing::AddGlobalTestEnvironment(new BedEnvironment);
+
+/* registered memory with its unpacked remote key */
+class Region {
+public:
+    Region(Bed &bed, size_t length) : bed_(bed), length_(length)
+    {
+        const size_t alloc = (length + 4095) / 4096 * 4096;
+        base_ = static_cast<uint8_t *>(std::aligned_alloc(4096, alloc));
+        if (base_ == nullptr) {
+            status_ = UCS_ERR_NO_MEMORY;
+            return;
+        }
+        std::memset(base_, kGuardByte, alloc);
+        status_ = uct_md_mem_reg(bed.md, base_, length, UCT_MD_MEM_ACCESS_ALL, &memh_);
+        if (status_ != UCS_OK) {
+            memh_ = UCT_MEM_HANDLE_NULL;
+            return;
+        }
+        packed_.resize(bed.md_attr.rkey_packed_size);
+        status_ = uct_md_mkey_pack(bed.md, memh_, packed_.data());
+        if (status_ != UCS_OK) {
+            return;
+        }
+        status_ = uct_rkey_unpack(bed.component, packed_.data(), &bundle_);
+        unpacked_ = (status_ == UCS_OK);
+    }
+    ~Region()
+    {
+        if (unpacked_) {
+            uct_rkey_release(bed_.component, &bundle_);
+        }
+        if (memh_ != UCT_MEM_HANDLE_NULL) {
+            uct_md_mem_dereg(bed_.md, memh_);
+        }
+        std::free(base_);
+    }
+    Region(const Region &) = delete;
+    Region &operator=(const Region &) = delete;
+
+    ucs_status_t status() const { return status_; }
+    uint8_t *ptr(size_t offset = 0) const { return base_ + offset; }
+    uint64_t addr(size_t offset = 0) const { return reinterpret_cast<uintptr_t>(base_ + offset); }
+    size_t length() const { return length_; }
+    uct_mem_h memh() const { return memh_; }
+    uct_rkey_t rkey() const { return bundle_.rkey; }
+    const std::vector<uint8_t> &packed() const { return packed_; }
+
+private:
+    Bed              &bed_;
+    size_t            length_;
+    uint8_t          *base_     = nullptr;
+    uct_mem_h         memh_     = UCT_MEM_HANDLE_NULL;
+    std::vector<uint8_t> packed_;
+    uct_rkey_bundle_t bundle_   = {};
+    bool              unpacked_ = false;
+    ucs_status_t      status_   = UCS_OK;
+};
+
+/* n pieces (each at least 1 byte, growing) that add up to size */
+std::vector<size_t> split(size_t size, size_t n)
+{
+    n = std::max<size_t>(1, std::min(n, size));
+    std::vector<size_t> lengths(n, 1);
+    const size_t rest   = size - n;
+    const size_t weight = n * (n + 1) / 2;
+    size_t given        = 0;
+    for (size_t j = 0; j < n; ++j) {
+        const size_t extra = rest * (j + 1) / weight;
+        lengths[j] += extra;
+        given += extra;
+    }
+    lengths.back() += rest - given;
+    return lengths;
+}
+
+/* ------------------------------------------------------------------ fixture */
+
+class Datapath : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        if (expected_device().empty()) {
+            GTEST_SKIP() << "XQP_EXPECT_DEVICE is not set (no RDMA device to test)";
+        }
+        b_ = Bed::get();
+        ASSERT_TRUE(b_->failure.empty()) << b_->failure;
+        ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(b_->receiver, kAmId, am_handler, &sink_,
+                                                   UCT_CB_FLAG_ASYNC));
+        stray_at_start_ = g_stray_messages;
+        errors_at_start_ = b_->ep_errors.size();
+    }
+
+    void TearDown() override
+    {
+        if ((b_ == nullptr) || !b_->failure.empty()) {
+            return;
+        }
+        /* nothing may stay queued with pointers into this test's frame */
+        uct_ep_pending_purge(b_->ep, [](uct_pending_req_t *, void *) {}, nullptr);
+        EXPECT_EQ(UCS_OK, b_->flush(b_->ep)) << "the endpoint must stay usable";
+        release_held(sink_);
+        uct_iface_set_am_handler(b_->receiver, kAmId, stray_handler, nullptr, UCT_CB_FLAG_ASYNC);
+        EXPECT_EQ(stray_at_start_, g_stray_messages) << "messages arrived after the test";
+        EXPECT_EQ(errors_at_start_, b_->ep_errors.size())
+                << "endpoint error: "
+                << ucs_status_string(b_->ep_errors.empty() ? UCS_OK :
+                                                             b_->ep_errors.back().second);
+    }
+
+    uct_ep_h ep() const { return b_->ep; }
+    const uct_iface_attr_t &attr() const { return b_->sattr; }
+
+    Bed   *b_ = nullptr;
+    AmSink sink_;
+    int    stray_at_start_  = 0;
+    size_t errors_at_start_ = 0;
+};
+
+/* ------------------------------------------------------------------ RMA */
+
+enum class Rma { PutShort, PutBcopy, PutZcopy, PutZcopyIov, GetBcopy, GetZcopy, GetZcopyIov };
+
+const char *rma_name(Rma op)
+{
+    switch (op) {
+    case Rma::PutShort:    return "PutShort";
+    case Rma::PutBcopy:    return "PutBcopy";
+    case Rma::PutZcopy:    return "PutZcopy";
+    case Rma::PutZcopyIov: return "PutZcopyIov";
+    case Rma::GetBcopy:    return "GetBcopy";
+    case Rma::GetZcopy:    return "GetZcopy";
+    case Rma::GetZcopyIov: return "GetZcopyIov";
+    }
+    return "?";
+}
+
+class RmaTest : public Datapath, public ::testing::WithParamInterface<std::tuple<Rma, size_t>> {};
+
+TEST_P(RmaTest, TransfersExactBytes)
+{
+    const auto [op, size] = GetParam();
+    const auto &cap       = attr().cap;
+    const bool put        = (op == Rma::PutShort) || (op == Rma::PutBcopy) ||
+                            (op == Rma::PutZcopy) || (op == Rma::PutZcopyIov);
+    const bool iov        = (op == Rma::PutZcopyIov) || (op == Rma::GetZcopyIov);
+
+    /* beyond the advertised limits: refused where the length is an argument */
+    if ((op == Rma::PutShort) && (size > cap.put.max_short)) {
+        std::vector<uint8_t> small(size);
+        Region remote(*b_, 64);
+        ASSERT_EQ(UCS_OK, remote.status());
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  uct_ep_put_short(ep(), small.data(), static_cast<unsigned>(size), remote.addr(),
+                                   remote.rkey()))
+                << "put_short of " << size << " bytes, max_short " << cap.put.max_short;
+        return;
+    }
+    if ((op == Rma::GetBcopy) && (size > cap.get.max_bcopy)) {
+        Region remote(*b_, size);
+        ASSERT_EQ(UCS_OK, remote.status());
+        std::vector<uint8_t> dst(size);
+        UnpackArg unpack{dst.data(), dst.size()};
+        Comp comp;
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_ep_get_bcopy(ep(), unpack_cb, &unpack, size,
+                                                          remote.addr(), remote.rkey(), &comp.uct))
+                << "get_bcopy of " << size << " bytes, max_bcopy " << cap.get.max_bcopy;
+        b_->spin(0.01);
+        EXPECT_EQ(0, unpack.calls);
+        EXPECT_EQ(0, comp.calls);
+        return;
+    }
+    if ((op == Rma::PutBcopy) && (size > cap.put.max_bcopy)) {
+        GTEST_SKIP() << size << " bytes > put.max_bcopy " << cap.put.max_bcopy;
+    }
+    if ((put && (op != Rma::PutShort) && (op != Rma::PutBcopy) && (size > cap.put.max_zcopy)) ||
+        (!put && (op != Rma::GetBcopy) && (size > cap.get.max_zcopy))) {
+        GTEST_SKIP() << size << " bytes > max_zcopy";
+    }
+    const size_t max_iov = put ? cap.put.max_iov : cap.get.max_iov;
+    if (iov && (max_iov < 2)) {
+        GTEST_SKIP() << "max_iov " << max_iov;
+    }
+
+    const size_t n_pieces           = iov ? std::min(max_iov, size) : 1;
+    const std::vector<size_t> lens  = split(size, n_pieces);
+    std::vector<size_t> offsets;   /* of each piece in the local region */
+    size_t at = kGuard + kLocalMisalign;
+    for (size_t len : lens) {
+        offsets.push_back(at);
+        at += len + kGap;
+    }
+    const size_t local_len  = at + kGuard;
+    const size_t remote_off = kGuard + kRemoteMisalign;
+    Region remote(*b_, remote_off + size + kGuard);
+    Region local(*b_, local_len);
+    ASSERT_EQ(UCS_OK, remote.status());
+    ASSERT_EQ(UCS_OK, local.status());
+
+    /* the data goes to/comes from remote_off: its pattern depends on both */
+    const std::vector<uint8_t> want = make_pattern(size, remote_off);
+    std::vector<uint8_t> inverse(size);
+    for (size_t i = 0; i < size; ++i) {
+        inverse[i] = static_cast<uint8_t>(~want[i]);
+    }
+    std::memcpy(remote.ptr(remote_off), put ? inverse.data() : want.data(), size);
+    {
+        size_t pos = 0;
+        for (size_t j = 0; j < lens.size(); ++j) {
+            std::memcpy(local.ptr(offsets[j]), (put ? want.data() : inverse.data()) + pos, lens[j]);
+            pos += lens[j];
+        }
+    }
+    std::vector<uct_iov_t> iovs(lens.size());
+    for (size_t j = 0; j < lens.size(); ++j) {
+        iovs[j] = {local.ptr(offsets[j]), lens[j], local.memh(), 0, 1};
+    }
+
+    PackArg pack{local.ptr(offsets[0]), size};
+    UnpackArg unpack{local.ptr(offsets[0]), size};
+    Comp comp;
+    const uint64_t raddr = remote.addr(remote_off);
+    const ssize_t r = b_->post([&]() -> ssize_t {
+        switch (op) {
+        case Rma::PutShort:
+            return uct_ep_put_short(ep(), local.ptr(offsets[0]), static_cast<unsigned>(size),
+                                    raddr, remote.rkey());
+        case Rma::PutBcopy:
+            return uct_ep_put_bcopy(ep(), pack_cb, &pack, raddr, remote.rkey());
+        case Rma::PutZcopy:
+        case Rma::PutZcopyIov:
+            return uct_ep_put_zcopy(ep(), iovs.data(), iovs.size(), raddr, remote.rkey(),
+                                    &comp.uct);
+        case Rma::GetBcopy:
+            return uct_ep_get_bcopy(ep(), unpack_cb, &unpack, size, raddr, remote.rkey(),
+                                    &comp.uct);
+        case Rma::GetZcopy:
+        case Rma::GetZcopyIov:
+            return uct_ep_get_zcopy(ep(), iovs.data(), iovs.size(), raddr, remote.rkey(),
+                                    &comp.uct);
+        }
+        return UCS_ERR_INVALID_PARAM;
+    });
+
+    bool expect_comp = false;
+    switch (op) {
+    case Rma::PutShort:
+        ASSERT_EQ(UCS_OK, r) << ucs_status_string(static_cast<ucs_status_t>(r));
+        break;
+    case Rma::PutBcopy:
+        ASSERT_EQ(static_cast<ssize_t>(size), r) << "put_bcopy returns the packed length";
+        EXPECT_EQ(1, pack.calls);
+        break;
+    default:
+        ASSERT_TRUE((r == UCS_OK) || (r == UCS_INPROGRESS))
+                << ucs_status_string(static_cast<ucs_status_t>(r));
+        expect_comp = (r == UCS_INPROGRESS);
+        break;
+    }
+    if (expect_comp) {
+        ASSERT_TRUE(b_->wait_for([&] { return comp.calls > 0; })) << "no completion";
+    }
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    b_->spin(0.005);
+    EXPECT_EQ(expect_comp ? 1 : 0, comp.calls) << "the completion must fire exactly once";
+    if (expect_comp) {
+        EXPECT_EQ(UCS_OK, comp.status);
+    }
+    if (op == Rma::GetBcopy) {
+        EXPECT_EQ(1, unpack.calls) << "unpack exactly once";
+        EXPECT_EQ(size, unpack.length);
+    }
+
+    if (put) {
+        EXPECT_TRUE(same_bytes(remote.ptr(remote_off), want.data(), size, "remote target"));
+        EXPECT_TRUE(all_bytes(remote.ptr(0), remote_off, kGuardByte, "guard before the target"));
+        EXPECT_TRUE(all_bytes(remote.ptr(remote_off + size), kGuard, kGuardByte,
+                              "guard after the target"));
+        /* the source is not modified */
+        size_t pos = 0;
+        for (size_t j = 0; j < lens.size(); ++j) {
+            EXPECT_TRUE(same_bytes(local.ptr(offsets[j]), want.data() + pos, lens[j], "source"));
+            pos += lens[j];
+        }
+    } else {
+        size_t pos = 0;
+        EXPECT_TRUE(all_bytes(local.ptr(0), offsets[0], kGuardByte, "guard before the result"));
+        for (size_t j = 0; j < lens.size(); ++j) {
+            EXPECT_TRUE(same_bytes(local.ptr(offsets[j]), want.data() + pos, lens[j],
+                                   "result piece " + std::to_string(j)));
+            pos += lens[j];
+            EXPECT_TRUE(all_bytes(local.ptr(offsets[j] + lens[j]), kGap, kGuardByte,
+                                  "gap after piece " + std::to_string(j)));
+        }
+        EXPECT_TRUE(same_bytes(remote.ptr(remote_off), want.data(), size, "remote source"));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Ops, RmaTest,
+        ::testing::Combine(::testing::Values(Rma::PutShort, Rma::PutBcopy, Rma::PutZcopy,
+                                             Rma::PutZcopyIov, Rma::GetBcopy, Rma::GetZcopy,
+                                             Rma::GetZcopyIov),
+                           ::testing::ValuesIn(kSizes)),
+        [](const ::testing::TestParamInfo<std::tuple<Rma, size_t>> &info) {
+            return std::string(rma_name(std::get<0>(info.param))) + "_" +
+                   size_name(std::get<1>(info.param));
+        });
+
+/* ------------------------------------------------------------------ active messages */
+
+enum class Am { Short, Bcopy, Zcopy, ZcopyIov };
+
+const char *am_name(Am op)
+{
+    switch (op) {
+    case Am::Short:    return "AmShort";
+    case Am::Bcopy:    return "AmBcopy";
+    case Am::Zcopy:    return "AmZcopy";
+    case Am::ZcopyIov: return "AmZcopyIov";
+    }
+    return "?";
+}
+
+class AmTest : public Datapath, public ::testing::WithParamInterface<std::tuple<Am, size_t>> {
+protected:
+    /* sends message k (bytes msg) and returns the operation's result */
+    ssize_t send(Am op, const std::vector<uint8_t> &msg, size_t size, Region *slots,
+                 size_t slot_len, size_t k, Comp *comp);
+};
+
+ssize_t AmTest::send(Am op, const std::vector<uint8_t> &msg, size_t size, Region *slots,
+                     size_t slot_len, size_t k, Comp *comp)
+{
+    const auto &cap = attr().cap;
+    switch (op) {
+    case Am::Short:
+        /* the header is the message's first 8 bytes, the payload the rest */
+        return b_->post([&]() -> ssize_t {
+            return uct_ep_am_short(ep(), kAmId, load64(msg.data()), msg.data() + 8,
+                                   static_cast<unsigned>(size));
+        });
+    case Am::Bcopy: {
+        PackArg pack{msg.data(), msg.size()};
+        return b_->post([&]() -> ssize_t {
+            return uct_ep_am_bcopy(ep(), kAmId, pack_cb, &pack, 0);
+        });
+    }
+    case Am::Zcopy:
+    case Am::ZcopyIov: {
+        const size_t hdr = std::min<size_t>({size / 2, 8, cap.am.max_hdr});
+        const size_t max_iov = (op == Am::ZcopyIov) ? cap.am.max_iov : 1;
+        const size_t payload = msg.size() - hdr;
+        std::vector<uct_iov_t> iovs;
+        if (payload > 0) {
+            size_t pos = hdr, at = k * slot_len;
+            for (size_t len : split(payload, max_iov)) {
+                std::memcpy(slots->ptr(at), msg.data() + pos, len);
+                iovs.push_back({slots->ptr(at), len, slots->memh(), 0, 1});
+                pos += len;
+                at += len + kGap;
+            }
+        }
+        return b_->post([&]() -> ssize_t {
+            return uct_ep_am_zcopy(ep(), kAmId, msg.data(), static_cast<unsigned>(hdr),
+                                   iovs.data(), iovs.size(), 0, &comp->uct);
+        });
+    }
+    }
+    return UCS_ERR_INVALID_PARAM;
+}
+
+TEST_P(AmTest, BurstArrivesOnceInOrderWithKeptDescriptors)
+{
+    const auto [op, size] = GetParam();
+    const auto &cap       = attr().cap;
+
+    if ((op == Am::Short) && (size > cap.am.max_short)) {
+        std::vector<uint8_t> small(size);
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_ep_am_short(ep(), kAmId, 0, small.data(),
+                                                         static_cast<unsigned>(size)))
+                << "am_short payload " << size << ", max_short " << cap.am.max_short;
+        b_->spin(0.01);
+        EXPECT_EQ(0u, sink_.msgs.size());
+        return;
+    }
+    if (((op == Am::Zcopy) || (op == Am::ZcopyIov)) && (size > cap.am.max_zcopy)) {
+        /* header + payload beyond max_zcopy */
+        Region src(*b_, size);
+        ASSERT_EQ(UCS_OK, src.status());
+        const uint64_t hdr = 0;
+        uct_iov_t iov      = {src.ptr(), size - sizeof(hdr), src.memh(), 0, 1};
+        Comp comp;
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  uct_ep_am_zcopy(ep(), kAmId, &hdr, sizeof(hdr), &iov, 1, 0, &comp.uct))
+                << "am_zcopy of " << size << " bytes, max_zcopy " << cap.am.max_zcopy;
+        b_->spin(0.01);
+        EXPECT_EQ(0, comp.calls);
+        EXPECT_EQ(0u, sink_.msgs.size());
+        return;
+    }
+    if ((op == Am::Bcopy) && (size > cap.am.max_bcopy)) {
+        GTEST_SKIP() << size << " bytes > am.max_bcopy " << cap.am.max_bcopy;
+    }
+    if ((op == Am::ZcopyIov) && (cap.am.max_iov < 2)) {
+        GTEST_SKIP() << "am.max_iov " << cap.am.max_iov;
+    }
+
+    const size_t count = 200;
+    /* what the handler receives: am_short adds its 8-byte header */
+    const size_t wire = (op == Am::Short) ? size + 8 : size;
+    std::vector<std::vector<uint8_t>> msgs;
+    for (size_t k = 0; k < count; ++k) {
+        msgs.push_back(make_pattern(wire, k)); /* the sequence number is in every byte */
+    }
+    const bool zcopy        = (op == Am::Zcopy) || (op == Am::ZcopyIov);
+    const size_t slot_len   = size + (cap.am.max_iov + 1) * kGap;
+    std::unique_ptr<Region> slots;
+    if (zcopy) {
+        slots = std::make_unique<Region>(*b_, count * slot_len);
+        ASSERT_EQ(UCS_OK, slots->status());
+    }
+    std::vector<Comp> comps(count);
+    std::vector<ssize_t> results(count);
+
+    sink_.keep_every = 7;
+    sink_.keep_phase = 3;
+    for (size_t k = 0; k < count; ++k) {
+        results[k] = send(op, msgs[k], size, slots.get(), slot_len, k, &comps[k]);
+        if (op == Am::Bcopy) {
+            ASSERT_EQ(static_cast<ssize_t>(wire), results[k]) << "message " << k;
+        } else if (op == Am::Short) {
+            ASSERT_EQ(UCS_OK, results[k]) << "message " << k;
+        } else {
+            ASSERT_TRUE((results[k] == UCS_OK) || (results[k] == UCS_INPROGRESS))
+                    << "message " << k << ": "
+                    << ucs_status_string(static_cast<ucs_status_t>(results[k]));
+        }
+    }
+    ASSERT_TRUE(b_->wait_for([&] { return sink_.msgs.size() >= count; }))
+            << sink_.msgs.size() << " of " << count << " messages arrived";
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    b_->spin(0.02); /* duplicates would show up now */
+    ASSERT_EQ(count, sink_.msgs.size()) << "every message exactly once";
+
+    for (size_t k = 0; k < count; ++k) {
+        ASSERT_EQ(wire, sink_.msgs[k].size()) << "length of message " << k;
+        ASSERT_TRUE(same_bytes(sink_.msgs[k].data(), msgs[k].data(), wire,
+                               "message " + std::to_string(k)));
+        EXPECT_TRUE(sink_.flags[k] & UCT_CB_PARAM_FLAG_DESC) << "message " << k;
+        if (zcopy) {
+            EXPECT_EQ((results[k] == UCS_INPROGRESS) ? 1 : 0, comps[k].calls) << "message " << k;
+            if (results[k] == UCS_INPROGRESS) {
+                EXPECT_EQ(UCS_OK, comps[k].status) << "message " << k;
+            }
+        }
+    }
+
+    /* the kept descriptors were not reused for later messages */
+    size_t expect_held = 0;
+    for (size_t k = 0; k < count; ++k) {
+        expect_held += (k % 7 == 3) ? 1 : 0;
+    }
+    ASSERT_EQ(expect_held, sink_.held.size());
+    for (size_t i = 0; i < sink_.held.size(); ++i) {
+        const Held &h = sink_.held[i];
+        const size_t k = 7 * i + 3;
+        ASSERT_EQ(wire, h.length);
+        EXPECT_TRUE(same_bytes(h.data, msgs[k].data(), wire,
+                               "kept descriptor of message " + std::to_string(k)));
+        EXPECT_TRUE(all_bytes(h.data - kRxHeadroom, kRxHeadroom, 0xcc, "headroom"));
+    }
+    release_held(sink_);
+
+    /* and the transport goes on with the released buffers */
+    sink_ = AmSink{};
+    for (size_t k = 0; k < 20; ++k) {
+        const std::vector<uint8_t> after = make_pattern(32, 1000 + k);
+        PackArg pack{after.data(), after.size()};
+        ASSERT_EQ(32, b_->post([&]() -> ssize_t {
+            return uct_ep_am_bcopy(ep(), kAmId, pack_cb, &pack, 0);
+        }));
+    }
+    ASSERT_TRUE(b_->wait_for([&] { return sink_.msgs.size() >= 20; }));
+    for (size_t k = 0; k < 20; ++k) {
+        const std::vector<uint8_t> after = make_pattern(32, 1000 + k);
+        EXPECT_EQ(after, sink_.msgs[k]) << "message " << k << " after the release";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        Ops, AmTest,
+        ::testing::Combine(::testing::Values(Am::Short, Am::Bcopy, Am::Zcopy, Am::ZcopyIov),
+                           ::testing::ValuesIn(kSizes)),
+        [](const ::testing::TestParamInfo<std::tuple<Am, size_t>> &info) {
+            return std::string(am_name(std::get<0>(info.param))) + "_" +
+                   size_name(std::get<1>(info.param));
+        });
+
+/* am_short_iov: the pieces arrive as one message, in order */
+TEST_F(Datapath, AmShortIovGathersPieces)
+{
+    const size_t max = attr().cap.am.max_short;
+    size_t seq = 0;
+    std::vector<std::vector<uint8_t>> sent;
+    for (size_t size : {size_t(1), size_t(9), size_t(64), max}) {
+        const std::vector<uint8_t> msg = make_pattern(size, 500 + seq++);
+        const std::vector<size_t> lens = split(size, 4);
+        std::vector<std::vector<uint8_t>> pieces;
+        std::vector<uct_iov_t> iovs;
+        size_t pos = 0;
+        for (size_t len : lens) {
+            pieces.emplace_back(msg.begin() + pos, msg.begin() + pos + len);
+            pos += len;
+        }
+        for (auto &piece : pieces) {
+            iovs.push_back({piece.data(), piece.size(), UCT_MEM_HANDLE_NULL, 0, 1});
+        }
+        ASSERT_EQ(UCS_OK, b_->post([&]() -> ssize_t {
+            return uct_ep_am_short_iov(ep(), kAmId, iovs.data(), iovs.size());
+        })) << size << " bytes in " << iovs.size() << " pieces";
+        sent.push_back(msg);
+    }
+    /* beyond what fits inline */
+    std::vector<uint8_t> big(attr().cap.put.max_short + 1);
+    uct_iov_t too_long[2] = {{big.data(), 8, UCT_MEM_HANDLE_NULL, 0, 1},
+                             {big.data() + 8, big.size() - 8, UCT_MEM_HANDLE_NULL, 0, 1}};
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_ep_am_short_iov(ep(), kAmId, too_long, 2));
+    ASSERT_TRUE(b_->wait_for([&] { return sink_.msgs.size() >= sent.size(); }));
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    b_->spin(0.01);
+    ASSERT_EQ(sent.size(), sink_.msgs.size());
+    for (size_t k = 0; k < sent.size(); ++k) {
+        EXPECT_EQ(sent[k], sink_.msgs[k]) << "message " << k;
+    }
+}
+
+/* An interface with only 16 receive buffers: while the handler keeps all of
+ * them, further messages wait (RNR) instead of arriving or being lost; once
+ * released they are posted again and carry the rest. */
+TEST_F(Datapath, ReleasedDescriptorsAreReposted)
+{
+    uct_iface_h small = nullptr;
+    ASSERT_EQ(UCS_OK, b_->open_iface(kRxHeadroom, "16", &small));
+    AmSink sink;
+    ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(small, kAmId, am_handler, &sink, UCT_CB_FLAG_ASYNC));
+    uct_ep_h ep2 = nullptr;
+    const ucs_status_t connected = b_->connect(b_->sender, small, &ep2);
+    EXPECT_EQ(UCS_OK, connected);
+
+    if (connected == UCS_OK) {
+        auto send = [&](size_t seq) {
+            const std::vector<uint8_t> msg = make_pattern(48, seq);
+            PackArg pack{msg.data(), msg.size()};
+            return b_->post([&]() -> ssize_t {
+                return uct_ep_am_bcopy(ep2, kAmId, pack_cb, &pack, 0);
+            });
+        };
+        sink.keep_all = true;
+        for (size_t k = 0; k < 16; ++k) {
+            EXPECT_EQ(48, send(k));
+        }
+        EXPECT_TRUE(b_->wait_for([&] { return sink.msgs.size() >= 16; }))
+                << sink.msgs.size() << " of 16";
+        EXPECT_EQ(16u, sink.held.size());
+        for (size_t k = 16; k < 20; ++k) {
+            EXPECT_EQ(48, send(k));
+        }
+        b_->spin(0.3);
+        EXPECT_EQ(16u, sink.msgs.size()) << "no receive buffer is free: nothing may arrive";
+
+        sink.keep_all = false;
+        for (size_t i = 0; i < sink.held.size(); ++i) {
+            EXPECT_TRUE(same_bytes(sink.held[i].data, make_pattern(48, i).data(), 48,
+                                   "kept message " + std::to_string(i)));
+        }
+        release_held(sink);
+        EXPECT_TRUE(b_->wait_for([&] { return sink.msgs.size() >= 20; }))
+                << sink.msgs.size() << " of 20 after the release";
+        /* 3x the receive queue: every buffer is reposted several times */
+        for (size_t k = 20; k < 68; ++k) {
+            EXPECT_EQ(48, send(k));
+        }
+        EXPECT_TRUE(b_->wait_for([&] { return sink.msgs.size() >= 68; }))
+                << sink.msgs.size() << " of 68";
+        EXPECT_EQ(UCS_OK, b_->flush(ep2));
+        b_->spin(0.02);
+        ASSERT_EQ(68u, sink.msgs.size());
+        for (size_t k = 0; k < 68; ++k) {
+            EXPECT_EQ(make_pattern(48, k), sink.msgs[k]) << "message " << k;
+        }
+        uct_ep_destroy(ep2);
+    }
+    release_held(sink);
+    uct_iface_close(small);
+}
+
+/* ------------------------------------------------------------------ atomics */
+
+class Atomics : public Datapath {
+protected:
+    void SetUp() override
+    {
+        Datapath::SetUp();
+        if (IsSkipped() || HasFatalFailure()) {
+            return;
+        }
+        const auto &a64 = attr().cap.atomic64;
+        const uint64_t fop = UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_CSWAP);
+        if (((a64.fop_flags & fop) != fop) || !(a64.op_flags & UCS_BIT(UCT_ATOMIC_OP_ADD))) {
+            GTEST_SKIP() << "the interface reports no 64-bit fetch-add/cswap";
+        }
+        remote_ = std::make_unique<Region>(*b_, 64);
+        ASSERT_EQ(UCS_OK, remote_->status());
+    }
+
+    /* the word at offset 8; its neighbours keep the guard pattern */
+    uint64_t word() const { return load64(remote_->ptr(8)); }
+    void set_word(uint64_t v) { std::memcpy(remote_->ptr(8), &v, sizeof(v)); }
+    uint64_t waddr() const { return remote_->addr(8); }
+    void check_neighbours()
+    {
+        EXPECT_TRUE(all_bytes(remote_->ptr(0), 8, kGuardByte, "word before"));
+        EXPECT_TRUE(all_bytes(remote_->ptr(16), 48, kGuardByte, "words after"));
+    }
+
+    /* runs a fetching atomic; returns the fetched value */
+    void fetch(const std::function<ucs_status_t(uint64_t *, uct_completion_t *)> &op,
+               uint64_t *result)
+    {
+        Comp comp;
+        *result = 0x5555555555555555ull;
+        const ssize_t r = b_->post([&]() -> ssize_t { return op(result, &comp.uct); });
+        ASSERT_TRUE((r == UCS_OK) || (r == UCS_INPROGRESS))
+                << ucs_status_string(static_cast<ucs_status_t>(r));
+        if (r == UCS_INPROGRESS) {
+            ASSERT_TRUE(b_->wait_for([&] { return comp.calls > 0; })) << "no completion";
+        }
+        ASSERT_EQ(UCS_OK, b_->flush(ep()));
+        b_->spin(0.005);
+        EXPECT_EQ((r == UCS_INPROGRESS) ? 1 : 0, comp.calls) << "exactly once";
+        if (r == UCS_INPROGRESS) {
+            EXPECT_EQ(UCS_OK, comp.status);
+        }
+    }
+
+    std::unique_ptr<Region> remote_;
+};
+
+TEST_F(Atomics, FetchAddReturnsOldValue)
+{
+    struct Case {
+        uint64_t start, add;
+    } cases[] = {{0x0123456789abcdefull, 0x1111}, {0, 1}, {UINT64_MAX - 1, 5}, {42, UINT64_MAX}};
+    for (const auto &c : cases) {
+        set_word(c.start);
+        uint64_t result;
+        ASSERT_NO_FATAL_FAILURE(fetch(
+                [&](uint64_t *res, uct_completion_t *comp) {
+                    return uct_ep_atomic64_fetch(ep(), UCT_ATOMIC_OP_ADD, c.add, res, waddr(),
+                                                 remote_->rkey(), comp);
+                },
+                &result));
+        EXPECT_EQ(c.start, result) << "fetched value";
+        EXPECT_EQ(c.start + c.add, word()) << "remote word (wraps around)";
+    }
+    check_neighbours();
+}
+
+TEST_F(Atomics, CompareSwapSucceedsAndFails)
+{
+    const uint64_t a = 0x1122334455667788ull, b = 0x99aabbccddeeff00ull;
+    set_word(a);
+    uint64_t result;
+    /* success: compare matches */
+    ASSERT_NO_FATAL_FAILURE(fetch(
+            [&](uint64_t *res, uct_completion_t *comp) {
+                return uct_ep_atomic_cswap64(ep(), a, b, waddr(), remote_->rkey(), res, comp);
+            },
+            &result));
+    EXPECT_EQ(a, result);
+    EXPECT_EQ(b, word());
+    /* failure: compare differs (by one bit), nothing is written */
+    ASSERT_NO_FATAL_FAILURE(fetch(
+            [&](uint64_t *res, uct_completion_t *comp) {
+                return uct_ep_atomic_cswap64(ep(), b ^ 1, 7, waddr(), remote_->rkey(), res, comp);
+            },
+            &result));
+    EXPECT_EQ(b, result) << "a failed cswap returns the current value";
+    EXPECT_EQ(b, word()) << "a failed cswap writes nothing";
+    check_neighbours();
+}
+
+TEST_F(Atomics, PostAddAccumulates)
+{
+    set_word(1000);
+    uint64_t sum = 1000;
+    for (uint64_t i = 1; i <= 100; ++i) {
+        const ssize_t r = b_->post([&]() -> ssize_t {
+            return uct_ep_atomic64_post(ep(), UCT_ATOMIC_OP_ADD, i * 3, waddr(), remote_->rkey());
+        });
+        ASSERT_EQ(UCS_OK, r) << ucs_status_string(static_cast<ucs_status_t>(r));
+        sum += i * 3;
+    }
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    EXPECT_EQ(sum, word());
+    check_neighbours();
+}
+
+TEST_F(Atomics, UnsupportedOrMisalignedAreRefused)
+{
+    set_word(5);
+    uint64_t result = 0;
+    Comp comp;
+    const auto &a64 = attr().cap.atomic64;
+    for (auto opc : {UCT_ATOMIC_OP_AND, UCT_ATOMIC_OP_OR, UCT_ATOMIC_OP_XOR, UCT_ATOMIC_OP_SWAP}) {
+        if (!(a64.op_flags & UCS_BIT(opc)) && (opc != UCT_ATOMIC_OP_SWAP)) {
+            EXPECT_EQ(UCS_ERR_UNSUPPORTED,
+                      uct_ep_atomic64_post(ep(), opc, 1, waddr(), remote_->rkey()))
+                    << "post op " << opc;
+        }
+        if (!(a64.fop_flags & UCS_BIT(opc))) {
+            EXPECT_EQ(UCS_ERR_UNSUPPORTED, uct_ep_atomic64_fetch(ep(), opc, 1, &result, waddr(),
+                                                                 remote_->rkey(), &comp.uct))
+                    << "fetch op " << opc;
+        }
+    }
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_ep_atomic64_fetch(ep(), UCT_ATOMIC_OP_ADD, 1, &result,
+                                                           waddr() + 4, remote_->rkey(), &comp.uct));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_ep_atomic_cswap64(ep(), 5, 6, waddr() + 1, remote_->rkey(), &result, &comp.uct));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_ep_atomic64_post(ep(), UCT_ATOMIC_OP_ADD, 1, waddr() + 2, remote_->rkey()));
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    b_->spin(0.01);
+    EXPECT_EQ(0, comp.calls);
+    EXPECT_EQ(5u, word()) << "nothing was executed";
+    check_neighbours();
+}
+
+/* ------------------------------------------------------------------ flush, fence */
+
+TEST_F(Datapath, GetAfterFenceSeesPutAndGetBeforeFenceDoesNot)
+{
+    Region remote(*b_, 64 * kKiB + 2 * kGuard);
+    Region local(*b_, 64 * kKiB + 2 * kGuard);
+    ASSERT_EQ(UCS_OK, remote.status());
+    ASSERT_EQ(UCS_OK, local.status());
+    const uint64_t raddr = remote.addr(kGuard);
+
+    /* small: put_short, fence, get_bcopy of the same 8 bytes */
+    for (uint64_t i = 0; i < 20; ++i) {
+        const uint64_t value = 0x0101010101010101ull * (i + 1) ^ (i << 40);
+        ASSERT_EQ(UCS_OK, b_->post([&]() -> ssize_t {
+            return uct_ep_put_short(ep(), &value, sizeof(value), raddr, remote.rkey());
+        }));
+        ASSERT_EQ(UCS_OK, uct_ep_fence(ep(), 0));
+        uint64_t seen = 0;
+        UnpackArg unpack{reinterpret_cast<uint8_t *>(&seen), sizeof(seen)};
+        Comp comp;
+        const ssize_t r = b_->post([&]() -> ssize_t {
+            return uct_ep_get_bcopy(ep(), unpack_cb, &unpack, sizeof(seen), raddr, remote.rkey(),
+                                    &comp.uct);
+        });
+        ASSERT_TRUE((r == UCS_OK) || (r == UCS_INPROGRESS));
+        ASSERT_EQ(UCS_OK, b_->flush(ep()));
+        ASSERT_EQ(1, unpack.calls);
+        EXPECT_EQ(value, seen) << "iteration " << i;
+    }
+
+    /* large: put_zcopy 64 KiB, fence, get_zcopy of the same range */
+    const size_t size = 64 * kKiB;
+    const std::vector<uint8_t> first = make_pattern(size, 1), second = make_pattern(size, 2);
+    std::vector<uint8_t> src(first);
+    Region src_reg(*b_, size);
+    ASSERT_EQ(UCS_OK, src_reg.status());
+    std::memcpy(src_reg.ptr(), first.data(), size);
+    uct_iov_t put_iov = {src_reg.ptr(), size, src_reg.memh(), 0, 1};
+    uct_iov_t get_iov = {local.ptr(kGuard), size, local.memh(), 0, 1};
+    Comp c1, c2;
+    ssize_t r = b_->post([&]() -> ssize_t {
+        return uct_ep_put_zcopy(ep(), &put_iov, 1, raddr, remote.rkey(), &c1.uct);
+    });
+    ASSERT_TRUE((r == UCS_OK) || (r == UCS_INPROGRESS));
+    ASSERT_EQ(UCS_OK, uct_ep_fence(ep(), 0));
+    r = b_->post([&]() -> ssize_t {
+        return uct_ep_get_zcopy(ep(), &get_iov, 1, raddr, remote.rkey(), &c2.uct);
+    });
+    ASSERT_TRUE((r == UCS_OK) || (r == UCS_INPROGRESS));
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    EXPECT_TRUE(same_bytes(local.ptr(kGuard), first.data(), size, "get after fence + put"));
+
+    /* get, fence, put of the same range: the get sees the old data */
+    std::memset(local.ptr(kGuard), 0, size);
+    std::memcpy(src_reg.ptr(), second.data(), size);
+    Comp c3, c4;
+    r = b_->post([&]() -> ssize_t {
+        return uct_ep_get_zcopy(ep(), &get_iov, 1, raddr, remote.rkey(), &c3.uct);
+    });
+    ASSERT_TRUE((r == UCS_OK) || (r == UCS_INPROGRESS));
+    ASSERT_EQ(UCS_OK, uct_ep_fence(ep(), 0));
+    r = b_->post([&]() -> ssize_t {
+        return uct_ep_put_zcopy(ep(), &put_iov, 1, raddr, remote.rkey(), &c4.uct);
+    });
+    ASSERT_TRUE((r == UCS_OK) || (r == UCS_INPROGRESS));
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    EXPECT_TRUE(same_bytes(local.ptr(kGuard), first.data(), size, "get before fence + put"));
+    EXPECT_TRUE(same_bytes(remote.ptr(kGuard), second.data(), size, "the later put"));
+    EXPECT_TRUE(all_bytes(remote.ptr(kGuard + size), kGuard, kGuardByte, "guard"));
+}
+
+struct FlushWitness {
+    std::vector<int> order;
+    Comp            *ops[3] = {};
+    int              seen_calls[3] = {-1, -1, -1};
+    const uint8_t   *bcopy_target = nullptr;
+    const uint8_t   *bcopy_want   = nullptr;
+    bool             bcopy_visible = false;
+};
+
+TEST_F(Datapath, EpFlushCompletesAfterEverythingPostedBefore)
+{
+    const size_t big = kMiB;
+    Region remote(*b_, big + 2 * kKiB);
+    Region src(*b_, big);
+    Region dst(*b_, 64 * kKiB);
+    ASSERT_EQ(UCS_OK, remote.status());
+    ASSERT_EQ(UCS_OK, src.status());
+    ASSERT_EQ(UCS_OK, dst.status());
+    const std::vector<uint8_t> big_data = make_pattern(big, 11);
+    const std::vector<uint8_t> small    = make_pattern(200, 12);
+    std::memcpy(src.ptr(), big_data.data(), big);
+    std::memcpy(remote.ptr(big + kKiB), make_pattern(kKiB, 13).data(), kKiB);
+
+    /* nothing outstanding: OK at once, the completion is not used */
+    Comp idle;
+    ASSERT_EQ(UCS_OK, uct_ep_flush(ep(), 0, &idle.uct));
+    b_->spin(0.005);
+    EXPECT_EQ(0, idle.calls);
+    EXPECT_EQ(1, idle.uct.count);
+
+    FlushWitness w;
+    Comp c_put, c_get, c_flush;
+    w.ops[0] = &c_put;
+    w.ops[1] = &c_get;
+    w.bcopy_target = remote.ptr(big);
+    w.bcopy_want   = small.data();
+    c_flush.hook_arg = &w;
+    c_flush.hook = [](void *arg) {
+        auto *fw = static_cast<FlushWitness *>(arg);
+        fw->seen_calls[0] = fw->ops[0]->calls;
+        fw->seen_calls[1] = fw->ops[1]->calls;
+        fw->bcopy_visible = (std::memcmp(fw->bcopy_target, fw->bcopy_want, 200) == 0);
+    };
+
+    uct_iov_t put_iov = {src.ptr(), big, src.memh(), 0, 1};
+    uct_iov_t get_iov = {dst.ptr(), kKiB, dst.memh(), 0, 1};
+    PackArg pack{small.data(), small.size()};
+    ssize_t r_put = b_->post([&]() -> ssize_t {
+        return uct_ep_put_zcopy(ep(), &put_iov, 1, remote.addr(), remote.rkey(), &c_put.uct);
+    });
+    ASSERT_EQ(UCS_INPROGRESS, r_put) << "a 1 MiB put cannot be complete before any progress";
+    ASSERT_EQ(200, b_->post([&]() -> ssize_t {
+        return uct_ep_put_bcopy(ep(), pack_cb, &pack, remote.addr(big), remote.rkey());
+    }));
+    ssize_t r_get = b_->post([&]() -> ssize_t {
+        return uct_ep_get_zcopy(ep(), &get_iov, 1, remote.addr(big + kKiB), remote.rkey(),
+                                &c_get.uct);
+    });
+    ASSERT_TRUE((r_get == UCS_OK) || (r_get == UCS_INPROGRESS));
+    const ucs_status_t f = uct_ep_flush(ep(), 0, &c_flush.uct);
+    ASSERT_EQ(UCS_INPROGRESS, f) << ucs_status_string(f);
+    EXPECT_EQ(0, c_flush.calls) << "the flush completion ran before any progress";
+    ASSERT_TRUE(b_->wait_for([&] { return c_flush.calls > 0; })) << "flush never completed";
+    b_->spin(0.005);
+    EXPECT_EQ(1, c_flush.calls);
+    EXPECT_EQ(UCS_OK, c_flush.status);
+    EXPECT_EQ(1, w.seen_calls[0]) << "the put had not completed when the flush did";
+    EXPECT_EQ((r_get == UCS_INPROGRESS) ? 1 : 0, w.seen_calls[1])
+            << "the get had not completed when the flush did";
+    EXPECT_TRUE(w.bcopy_visible) << "the put_bcopy data was not in place when the flush completed";
+    EXPECT_TRUE(same_bytes(remote.ptr(), big_data.data(), big, "1 MiB put"));
+    EXPECT_TRUE(same_bytes(dst.ptr(), make_pattern(kKiB, 13).data(), kKiB, "get"));
+    EXPECT_EQ(UCS_OK, uct_ep_flush(ep(), 0, nullptr));
+}
+
+TEST_F(Datapath, IfaceFlush)
+{
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    EXPECT_EQ(UCS_OK, uct_iface_flush(b_->sender, 0, nullptr)) << "nothing is outstanding";
+    EXPECT_EQ(UCS_OK, uct_iface_flush(b_->receiver, 0, nullptr)) << "the receiver sends nothing";
+
+    const size_t size = kMiB;
+    Region remote(*b_, size);
+    Region src(*b_, size);
+    ASSERT_EQ(UCS_OK, remote.status());
+    ASSERT_EQ(UCS_OK, src.status());
+    const std::vector<uint8_t> data = make_pattern(size, 21);
+    std::memcpy(src.ptr(), data.data(), size);
+    uct_iov_t iov = {src.ptr(), size, src.memh(), 0, 1};
+    Comp comp;
+    ASSERT_EQ(UCS_INPROGRESS, uct_ep_put_zcopy(ep(), &iov, 1, remote.addr(), remote.rkey(),
+                                               &comp.uct));
+    EXPECT_EQ(UCS_INPROGRESS, uct_iface_flush(b_->sender, 0, nullptr)) << "a put is outstanding";
+    ucs_status_t status = UCS_INPROGRESS;
+    ASSERT_TRUE(b_->wait_for([&] {
+        status = uct_iface_flush(b_->sender, 0, nullptr);
+        return status != UCS_INPROGRESS;
+    }));
+    EXPECT_EQ(UCS_OK, status);
+    EXPECT_EQ(1, comp.calls) << "iface flush OK only once the put completed";
+    EXPECT_TRUE(same_bytes(remote.ptr(), data.data(), size, "put before iface flush"));
+}
+
+/* ------------------------------------------------------------------ pending */
+
+struct PendingOp {
+    uct_pending_req_t req; /* first: the callback casts back */
+    uct_ep_h          ep     = nullptr;
+    bool              am     = false;
+    PackArg           pack;
+    uint64_t          remote = 0;
+    uct_rkey_t        rkey   = 0;
+    int               calls  = 0;
+    int               done   = 0;
+    ssize_t           last   = 0;
+};
+
+ucs_status_t pending_run(uct_pending_req_t *self)
+{
+    auto *p = reinterpret_cast<PendingOp *>(self);
+    ++p->calls;
+    p->last = p->am ? uct_ep_am_bcopy(p->ep, kAmId, pack_cb, &p->pack, 0) :
+                      uct_ep_put_bcopy(p->ep, pack_cb, &p->pack, p->remote, p->rkey);
+    if (p->last == UCS_ERR_NO_RESOURCE) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    ++p->done;
+    return UCS_OK;
+}
+
+class Pending : public Datapath {
+protected:
+    static constexpr size_t kSlot = 64;
+    static constexpr size_t kMaxFill = 8192; /* bound on the fill loop */
+
+    /* put_bcopy into slot i until no resource; returns how many were posted */
+    size_t fill_puts(uct_ep_h e, Region &remote, size_t first_slot,
+                     std::vector<std::vector<uint8_t>> *data)
+    {
+        for (size_t i = 0; i < kMaxFill; ++i) {
+            data->push_back(make_pattern(kSlot, first_slot + i));
+            PackArg pack{data->back().data(), kSlot};
+            const ssize_t r = uct_ep_put_bcopy(e, pack_cb, &pack,
+                                               remote.addr((first_slot + i) * kSlot), remote.rkey());
+            if (r == UCS_ERR_NO_RESOURCE) {
+                data->pop_back();
+                return i;
+            }
+            EXPECT_EQ(static_cast<ssize_t>(kSlot), r) << "put " << i;
+            if (r < 0) {
+                data->pop_back();
+                return i;
+            }
+        }
+        return kMaxFill;
+    }
+};
+
+TEST_F(Pending, BusyWhileResourcesAreFree)
+{
+    PendingOp op;
+    op.req.func = pending_run;
+    op.ep       = ep();
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    EXPECT_EQ(UCS_ERR_BUSY, uct_ep_pending_add(ep(), &op.req, 0));
+    b_->spin(0.005);
+    EXPECT_EQ(0, op.calls);
+}
+
+TEST_F(Pending, PutRunsOnceTheSendQueueDrains)
+{
+    Region remote(*b_, (kMaxFill + 1) * kSlot);
+    ASSERT_EQ(UCS_OK, remote.status());
+    std::vector<std::vector<uint8_t>> data;
+    const size_t n = fill_puts(ep(), remote, 0, &data);
+    ASSERT_LT(n, kMaxFill) << "put_bcopy never ran out of resources";
+    ASSERT_GT(n, 0u);
+
+    PendingOp op;
+    op.req.func = pending_run;
+    op.ep       = ep();
+    const std::vector<uint8_t> last = make_pattern(kSlot, 100000);
+    op.pack     = {last.data(), kSlot};
+    op.remote   = remote.addr(n * kSlot);
+    op.rkey     = remote.rkey();
+    ASSERT_EQ(UCS_OK, uct_ep_pending_add(ep(), &op.req, 0));
+    EXPECT_EQ(0, op.calls) << "pending requests run from progress, not from pending_add";
+    ASSERT_TRUE(b_->wait_for([&] { return op.done > 0; })) << "the pending put never ran";
+    EXPECT_EQ(kSlot, static_cast<size_t>(op.last));
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    EXPECT_EQ(1, op.done);
+    for (size_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(same_bytes(remote.ptr(i * kSlot), data[i].data(), kSlot,
+                               "slot " + std::to_string(i)));
+    }
+    EXPECT_TRUE(same_bytes(remote.ptr(n * kSlot), last.data(), kSlot, "the pending put"));
+    EXPECT_TRUE(all_bytes(remote.ptr((n + 1) * kSlot), kSlot, kGuardByte, "after the last slot"));
+}
+
+TEST_F(Pending, AmRunsAfterTheMessagesBeforeIt)
+{
+    std::vector<std::vector<uint8_t>> msgs;
+    size_t n = 0;
+    for (; n < kMaxFill; ++n) {
+        msgs.push_back(make_pattern(100, n));
+        PackArg pack{msgs.back().data(), 100};
+        const ssize_t r = uct_ep_am_bcopy(ep(), kAmId, pack_cb, &pack, 0);
+        if (r == UCS_ERR_NO_RESOURCE) {
+            msgs.pop_back();
+            break;
+        }
+        ASSERT_EQ(100, r) << "message " << n;
+    }
+    ASSERT_LT(n, kMaxFill) << "am_bcopy never ran out of resources";
+    PendingOp op;
+    op.req.func = pending_run;
+    op.ep       = ep();
+    op.am       = true;
+    msgs.push_back(make_pattern(100, n));
+    op.pack = {msgs.back().data(), 100};
+    ASSERT_EQ(UCS_OK, uct_ep_pending_add(ep(), &op.req, 0));
+    ASSERT_TRUE(b_->wait_for([&] { return (op.done > 0) && (sink_.msgs.size() >= n + 1); }))
+            << "pending ran " << op.done << ", " << sink_.msgs.size() << " of " << n + 1
+            << " messages arrived";
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    b_->spin(0.02);
+    ASSERT_EQ(n + 1, sink_.msgs.size());
+    for (size_t k = 0; k <= n; ++k) {
+        ASSERT_EQ(msgs[k], sink_.msgs[k]) << "message " << k << " (the pending one is " << n << ")";
+    }
+}
+
+TEST_F(Pending, PurgeReturnsQueuedRequestsUnrun)
+{
+    Region remote(*b_, (kMaxFill + 1) * kSlot);
+    ASSERT_EQ(UCS_OK, remote.status());
+    std::vector<std::vector<uint8_t>> data;
+    const size_t n = fill_puts(ep(), remote, 0, &data);
+    ASSERT_LT(n, kMaxFill);
+    PendingOp a, b;
+    for (auto *p : {&a, &b}) {
+        p->req.func = pending_run;
+        p->ep       = ep();
+    }
+    ASSERT_EQ(UCS_OK, uct_ep_pending_add(ep(), &a.req, 0));
+    ASSERT_EQ(UCS_OK, uct_ep_pending_add(ep(), &b.req, 0));
+    std::vector<uct_pending_req_t *> purged;
+    uct_ep_pending_purge(
+            ep(),
+            [](uct_pending_req_t *req, void *arg) {
+                static_cast<std::vector<uct_pending_req_t *> *>(arg)->push_back(req);
+            },
+            &purged);
+    EXPECT_EQ((std::vector<uct_pending_req_t *>{&a.req, &b.req}), purged) << "in order, once";
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    b_->spin(0.01);
+    EXPECT_EQ(0, a.calls);
+    EXPECT_EQ(0, b.calls);
+    for (size_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(same_bytes(remote.ptr(i * kSlot), data[i].data(), kSlot,
+                               "slot " + std::to_string(i)));
+    }
+}
+
+/* Endpoints of one interface share its bounce buffers. An endpoint whose
+ * put_bcopy finds none must be able to queue a pending request (UCP turns a
+ * UCS_ERR_BUSY here into an immediate retry of the operation: a spin), and
+ * the request must run once other endpoints' completions free buffers. */
+TEST_F(Pending, QueuesWhenSharedBounceBuffersRunOut)
+{
+    std::vector<uct_ep_h> eps(3, nullptr);
+    for (auto &e : eps) {
+        ASSERT_EQ(UCS_OK, b_->connect(b_->sender, b_->receiver, &e));
+    }
+    Region remote(*b_, 4 * kMaxFill * kSlot);
+    ASSERT_EQ(UCS_OK, remote.status());
+    std::vector<std::vector<uint8_t>> data;
+    size_t slot   = 0;
+    size_t filled = 0; /* endpoints that ran out */
+    uct_ep_h starved = nullptr;
+    for (auto *e : eps) {
+        const size_t n = fill_puts(e, remote, slot, &data);
+        slot += n;
+        ++filled;
+        if (n == 0) {
+            starved = e; /* no bounce buffer left, though its own queue is empty */
+            break;
+        }
+    }
+    PendingOp op;
+    std::vector<uint8_t> last = make_pattern(kSlot, 200000);
+    if (starved == nullptr) {
+        ADD_FAILURE() << "3 endpoints posted " << slot << " puts and none was starved";
+    } else {
+        op.req.func = pending_run;
+        op.ep       = starved;
+        op.pack     = {last.data(), kSlot};
+        op.remote   = remote.addr(slot * kSlot);
+        op.rkey     = remote.rkey();
+        const ucs_status_t added = uct_ep_pending_add(starved, &op.req, 0);
+        EXPECT_EQ(UCS_OK, added)
+                << "put_bcopy returned UCS_ERR_NO_RESOURCE (after " << slot
+                << " puts on other endpoints) but pending_add says "
+                << ucs_status_string(added);
+        if (added == UCS_OK) {
+            EXPECT_TRUE(b_->wait_for([&] { return op.done > 0; }, 10))
+                    << "the pending request never ran after the other endpoints drained";
+            uct_ep_pending_purge(starved, [](uct_pending_req_t *, void *) {}, nullptr);
+        }
+    }
+    for (auto *e : eps) {
+        EXPECT_EQ(UCS_OK, b_->flush(e));
+    }
+    for (size_t i = 0; i < slot; ++i) {
+        ASSERT_TRUE(same_bytes(remote.ptr(i * kSlot), data[i].data(), kSlot,
+                               "slot " + std::to_string(i)));
+    }
+    if (op.done > 0) {
+        EXPECT_TRUE(same_bytes(remote.ptr(slot * kSlot), last.data(), kSlot, "the pending put"));
+    }
+    for (auto *e : eps) {
+        uct_ep_destroy(e);
+    }
+}
+
+/* ------------------------------------------------------------------ malformed input */
+
+TEST_F(Datapath, OversizedOperationsAreRefused)
+{
+    const auto &cap = attr().cap;
+    const size_t big = std::max<size_t>({cap.put.max_short, cap.am.max_short,
+                                         cap.get.max_bcopy, cap.am.max_zcopy}) + 64;
+    Region remote(*b_, big);
+    Region local(*b_, big);
+    ASSERT_EQ(UCS_OK, remote.status());
+    ASSERT_EQ(UCS_OK, local.status());
+    std::memset(remote.ptr(), 0x11, big);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_ep_put_short(ep(), local.ptr(), static_cast<unsigned>(cap.put.max_short + 1),
+                               remote.addr(), remote.rkey()));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_ep_am_short(ep(), kAmId, 0, local.ptr(), static_cast<unsigned>(cap.am.max_short + 1)));
+    UnpackArg unpack{local.ptr(), big};
+    Comp comp;
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_ep_get_bcopy(ep(), unpack_cb, &unpack, cap.get.max_bcopy + 1, remote.addr(),
+                               remote.rkey(), &comp.uct));
+    uint64_t hdr  = 0;
+    uct_iov_t one = {local.ptr(), cap.am.max_zcopy + 1 - sizeof(hdr), local.memh(), 0, 1};
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_ep_am_zcopy(ep(), kAmId, &hdr, sizeof(hdr), &one, 1, 0, &comp.uct))
+            << "header + payload beyond am.max_zcopy";
+    /* more iovs than max_iov, and an iov without a memory handle */
+    std::vector<uct_iov_t> many(cap.put.max_iov + 1);
+    for (size_t i = 0; i < many.size(); ++i) {
+        many[i] = {local.ptr(i * 8), 8, local.memh(), 0, 1};
+    }
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_ep_put_zcopy(ep(), many.data(), many.size(), remote.addr(), remote.rkey(),
+                               &comp.uct));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_ep_get_zcopy(ep(), many.data(), cap.get.max_iov + 1, remote.addr(),
+                               remote.rkey(), &comp.uct));
+    uct_iov_t nomemh = {local.ptr(), 8, UCT_MEM_HANDLE_NULL, 0, 1};
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_ep_put_zcopy(ep(), &nomemh, 1, remote.addr(), remote.rkey(), &comp.uct));
+
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    b_->spin(0.01);
+    EXPECT_EQ(0, comp.calls);
+    EXPECT_EQ(0, unpack.calls);
+    EXPECT_EQ(0u, sink_.msgs.size());
+    EXPECT_TRUE(all_bytes(remote.ptr(), big, 0x11, "remote memory")) << "a refused put wrote";
+
+    /* and the endpoint still works */
+    const uint64_t value = 0xfeedfacecafebeefull;
+    ASSERT_EQ(UCS_OK, b_->post([&]() -> ssize_t {
+        return uct_ep_put_short(ep(), &value, sizeof(value), remote.addr(8), remote.rkey());
+    }));
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    EXPECT_EQ(value, load64(remote.ptr(8)));
+}
+
+TEST_F(Datapath, ForeignRkeyIsRefused)
+{
+    const size_t len = b_->md_attr.rkey_packed_size;
+    ASSERT_GT(len, 0u);
+    Region region(*b_, 64);
+    ASSERT_EQ(UCS_OK, region.status());
+
+    uct_rkey_bundle_t bundle = {};
+    std::vector<uint8_t> zeros(len, 0);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_rkey_unpack(b_->component, zeros.data(), &bundle));
+    std::vector<uint8_t> ones(len, 0xff);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_rkey_unpack(b_->component, ones.data(), &bundle));
+    /* a real key with its first byte changed */
+    std::vector<uint8_t> tampered = region.packed();
+    tampered[0] ^= 0x40;
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_rkey_unpack(b_->component, tampered.data(), &bundle));
+    /* the untouched key unpacks to the same remote key as the region's */
+    ASSERT_EQ(UCS_OK, uct_rkey_unpack(b_->component, region.packed().data(), &bundle));
+    EXPECT_EQ(region.rkey(), bundle.rkey);
+    EXPECT_EQ(UCS_OK, uct_rkey_release(b_->component, &bundle));
+}
+
+} // namespace
