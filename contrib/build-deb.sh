@@ -141,7 +141,8 @@ fi
 # ---------------------------------------------------------------- build
 log "dpkg-buildpackage -us -uc -b (XQP_UCX_SRC=$UCX_SRC)"
 (cd "$PKG" && XQP_UCX_SRC=$UCX_SRC dpkg-buildpackage -us -uc -b -Jauto) > "$TMP/build.log" 2>&1 ||
-    { tail -n 30 "$TMP/build.log" >&2; die "dpkg-buildpackage failed (log: $TMP/build.log)"; }
+    { grep -E -i '(^|[ :])(fatal )?error' "$TMP/build.log" | tail -n 15 >&2
+      die "dpkg-buildpackage failed (log: $TMP/build.log)"; }
 
 OUT=$BUILD/deb
 mkdir -p "$OUT"

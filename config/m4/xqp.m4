@@ -237,6 +237,20 @@ AC_DEFUN([XQP_CHECK_FLAGS], [
     AC_LANG_POP([C])
     AS_IF([test "$enable_werror" = yes],
           [XQP_CXXFLAGS="$XQP_CXXFLAGS -Werror"; XQP_CFLAGS="$XQP_CFLAGS -Werror"])
+
+    AC_ARG_ENABLE([sanitizers],
+        [AS_HELP_STRING([--enable-sanitizers], [build with AddressSanitizer and UndefinedBehaviorSanitizer])],
+        [], [enable_sanitizers=no])
+    XQP_NO_UNDEFINED="-no-undefined -Wl,--no-undefined"
+    AS_IF([test "$enable_sanitizers" = yes], [
+        xqp_san="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+        XQP_CXXFLAGS="$XQP_CXXFLAGS $xqp_san"
+        XQP_CFLAGS="$XQP_CFLAGS $xqp_san"
+        XQP_LDFLAGS="-fsanitize=address,undefined"
+        dnl the sanitizer runtime is resolved when the program loads the plugin
+        XQP_NO_UNDEFINED=])
+    AC_SUBST([XQP_LDFLAGS])
+    AC_SUBST([XQP_NO_UNDEFINED])
     AC_SUBST([XQP_CXXFLAGS])
     AC_SUBST([XQP_CFLAGS])
 ])

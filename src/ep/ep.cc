@@ -133,7 +133,7 @@ unsigned Endpoint::dispatch()
 {
     unsigned count = 0;
     if (state() == State::Connected) {
-        while (!ucs_queue_is_empty(&pending_) && (tx_check() == UCS_OK)) {
+        while (!ucs_queue_is_empty(&pending_) && (tx_check_all() == UCS_OK)) {
             ucs_queue_elem_t *elem = ucs_queue_pull_non_empty(&pending_);
             uct_pending_req_t *req = pending_req(elem);
             const ucs_status_t status = req->func(req);
@@ -183,8 +183,8 @@ ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *comp)
 ucs_status_t Endpoint::pending_add(uct_pending_req_t *req, unsigned)
 {
     if (state() == State::Connected) {
-        if (tx_check() == UCS_OK) {
-            return UCS_ERR_BUSY; /* the resource is there: retry now */
+        if (tx_check_all() == UCS_OK) {
+            return UCS_ERR_BUSY; /* the resources are there: retry now */
         }
         ucs_queue_push(&pending_, pending_elem(req));
         return UCS_OK;
@@ -230,6 +230,15 @@ ucs_status_t Endpoint::tx_check() const
     return (st == State::Failed) ? fail_status_ : UCS_ERR_NO_RESOURCE;
 }
 
+ucs_status_t Endpoint::tx_check_all() const
+{
+    const ucs_status_t status = tx_check();
+    if ((status == UCS_OK) && (iface_->tx_pool().available() == 0)) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+    return status;
+}
+
 ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
 {
     op->ep          = this;
@@ -252,7 +261,7 @@ ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
     return UCS_OK;
 }
 
-void Endpoint::on_send_completion(iface::TxOp *, ucs_status_t status, ibv_wc_status wc_status)
+void Endpoint::on_send_completion(ucs_status_t status, ibv_wc_status wc_status)
 {
     ++tx_credits_;
     --outstanding_;
@@ -266,9 +275,6 @@ void Endpoint::on_send_completion(iface::TxOp *, ucs_status_t status, ibv_wc_sta
         uct_completion_t *comp = flushes_.front().second;
         flushes_.erase(flushes_.begin());
         uct_invoke_completion(comp, (state() == State::Failed) ? fail_status_ : UCS_OK);
-    }
-    if (!ucs_queue_is_empty(&pending_)) {
-        iface_->schedule_pending(this);
     }
 }
 
@@ -635,9 +641,9 @@ ucs_status_t ep_flush(uct_ep_h ep, unsigned flags, uct_completion_t *comp)
 
 ucs_status_t ep_fence(uct_ep_h ep, unsigned)
 {
-    /* RC executes in order; RDMA reads get their fence with the data path */
-    return (Endpoint::from_unchecked(ep)->state() == Endpoint::State::Failed) ?
-            UCS_ERR_CONNECTION_RESET : UCS_OK;
+    /* the next request waits for earlier RDMA reads and atomics */
+    Endpoint::from_unchecked(ep)->fence();
+    return UCS_OK;
 }
 
 ucs_status_t ep_check(uct_ep_h ep, unsigned flags, uct_completion_t *)

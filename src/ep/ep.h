@@ -70,7 +70,8 @@ public:
                           uct_completion_t *comp);
 
     /* a signaled request of this endpoint completed */
-    void on_send_completion(iface::TxOp *op, ucs_status_t status, ibv_wc_status wc_status);
+    void on_send_completion(ucs_status_t status, ibv_wc_status wc_status);
+    bool has_pending() const { return !ucs_queue_is_empty(&pending_); }
     /* runs pending requests while resources last; returns how many ran */
     unsigned dispatch();
     ucs_status_t pending_add(uct_pending_req_t *req, unsigned flags);
@@ -89,6 +90,8 @@ private:
     void schedule_progress();
     /* UCS_OK when a request can be posted now */
     ucs_status_t tx_check() const;
+    /* UCS_OK when any request, buffered ones included, can be posted now */
+    ucs_status_t tx_check_all() const;
     /* posts wr (signaled) with op as its completion context */
     ucs_status_t post(ibv_send_wr *wr, iface::TxOp *op);
     void fail_datapath(ucs_status_t status);

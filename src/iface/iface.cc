@@ -748,16 +748,22 @@ void Iface::handle_send_completion(const ibv_wc &wc)
             std::memcpy(op->result, op->buf, sizeof(uint64_t));
         }
     }
-    if (op->ep != nullptr) {
-        op->ep->on_send_completion(op, status, wc.status);
-    }
+    /* the operation's own completion first: a flush waiting for this
+     * request completes after it (on_send_completion) */
     if (op->comp != nullptr) {
         uct_invoke_completion(op->comp, status);
     }
     if (op->buf != nullptr) {
         tx_pool_->put(op->buf);
     }
+    ep::Endpoint *ep = op->ep;
     put_op(op);
+    if (ep != nullptr) {
+        ep->on_send_completion(status, wc.status);
+    }
+    /* bounce buffers and TxOps are shared by all endpoints: any of them may
+     * have been waiting for the ones just returned */
+    tx_returned_ = true;
 }
 
 unsigned Iface::progress()
@@ -791,6 +797,14 @@ unsigned Iface::progress()
     }
     count += (n > 0) ? n : 0;
 
+    if (ucs_unlikely(tx_returned_)) {
+        tx_returned_ = false;
+        for (auto *ep : eps_) {
+            if (ep->has_pending()) {
+                schedule_pending(ep);
+            }
+        }
+    }
     if (ucs_unlikely(!ready_.empty())) {
         std::vector<ep::Endpoint *> ready;
         ready.swap(ready_);

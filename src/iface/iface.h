@@ -201,6 +201,7 @@ private:
     bool                atomics_     = false;
     std::vector<ep::Endpoint *> eps_;
     std::vector<ep::Endpoint *> ready_;
+    bool                tx_returned_ = false; /* shared tx resources came back */
     std::unique_ptr<wireup::RdmaCmOps> cm_;
     wireup::VerbsEceProvider ece_provider_;
     bool                async_handler_ = false;

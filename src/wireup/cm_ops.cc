@@ -129,6 +129,12 @@ int RdmaCmOps::modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state)
         /* rdma_cm grants local write only; the data path needs RDMA */
         attr.qp_access_flags |= IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                                 IBV_ACCESS_REMOTE_ATOMIC;
+    } else if (state == IBV_QPS_RTR) {
+        /* rdma_cm leaves the RNR NAK timer at 0, i.e. 655 ms: a sender that
+         * finds the shared receive queue empty would stall that long. Ask
+         * for 0.64 ms (code 12), as verbs transports usually do. */
+        attr.min_rnr_timer = 12;
+        mask |= IBV_QP_MIN_RNR_TIMER;
     }
     return ibv_modify_qp(qp, &attr, mask);
 }

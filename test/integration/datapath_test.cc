@@ -23,7 +23,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -637,11 +636,12 @@ class RmaTest : public Datapath, public ::testing::WithParamInterface<std::tuple
 
 TEST_P(RmaTest, TransfersExactBytes)
 {
-    const auto [op, size] = GetParam();
-    const auto &cap       = attr().cap;
-    const bool put        = (op == Rma::PutShort) || (op == Rma::PutBcopy) ||
-                            (op == Rma::PutZcopy) || (op == Rma::PutZcopyIov);
-    const bool iov        = (op == Rma::PutZcopyIov) || (op == Rma::GetZcopyIov);
+    const Rma op      = std::get<0>(GetParam());
+    const size_t size = std::get<1>(GetParam());
+    const auto &cap   = attr().cap;
+    const bool put    = (op == Rma::PutShort) || (op == Rma::PutBcopy) ||
+                        (op == Rma::PutZcopy) || (op == Rma::PutZcopyIov);
+    const bool iov    = (op == Rma::PutZcopyIov) || (op == Rma::GetZcopyIov);
 
     /* beyond the advertised limits: refused where the length is an argument */
     if ((op == Rma::PutShort) && (size > cap.put.max_short)) {
@@ -800,9 +800,9 @@ INSTANTIATE_TEST_SUITE_P(
                                              Rma::PutZcopyIov, Rma::GetBcopy, Rma::GetZcopy,
                                              Rma::GetZcopyIov),
                            ::testing::ValuesIn(kSizes)),
-        [](const ::testing::TestParamInfo<std::tuple<Rma, size_t>> &info) {
-            return std::string(rma_name(std::get<0>(info.param))) + "_" +
-                   size_name(std::get<1>(info.param));
+        [](const ::testing::TestParamInfo<std::tuple<Rma, size_t>> &param) {
+            return std::string(rma_name(std::get<0>(param.param))) + "_" +
+                   size_name(std::get<1>(param.param));
         });
 
 /* ------------------------------------------------------------------ active messages */
@@ -870,8 +870,9 @@ ssize_t AmTest::send(Am op, const std::vector<uint8_t> &msg, size_t size, Region
 
 TEST_P(AmTest, BurstArrivesOnceInOrderWithKeptDescriptors)
 {
-    const auto [op, size] = GetParam();
-    const auto &cap       = attr().cap;
+    const Am op       = std::get<0>(GetParam());
+    const size_t size = std::get<1>(GetParam());
+    const auto &cap   = attr().cap;
 
     if ((op == Am::Short) && (size > cap.am.max_short)) {
         std::vector<uint8_t> small(size);
@@ -990,9 +991,9 @@ INSTANTIATE_TEST_SUITE_P(
         Ops, AmTest,
         ::testing::Combine(::testing::Values(Am::Short, Am::Bcopy, Am::Zcopy, Am::ZcopyIov),
                            ::testing::ValuesIn(kSizes)),
-        [](const ::testing::TestParamInfo<std::tuple<Am, size_t>> &info) {
-            return std::string(am_name(std::get<0>(info.param))) + "_" +
-                   size_name(std::get<1>(info.param));
+        [](const ::testing::TestParamInfo<std::tuple<Am, size_t>> &param) {
+            return std::string(am_name(std::get<0>(param.param))) + "_" +
+                   size_name(std::get<1>(param.param));
         });
 
 /* am_short_iov: the pieces arrive as one message, in order */

@@ -90,6 +90,11 @@ test_uct_api() (
     XQP_TEST_DATA_DIR=$XQP_SRCDIR/test/data "$RUN" "$TESTS/xqp_uct_tests" --gtest_brief=1
 )
 
+test_datapath() (
+    need_device
+    XQP_EXPECT_DEVICE=$DEV "$RUN" "$TESTS/xqp_datapath_tests" --gtest_brief=1
+)
+
 test_dlopen_installed_plugin() (
     "$TESTS/xqp_dlopen_test" "$XQP_PLUGIN"
 )
@@ -345,6 +350,7 @@ run_test "wireup: 256 endpoints connect concurrently" test_wireup_256_endpoints
 run_test "wireup: both sides connect to each other at once" test_wireup_both_sides_connect_at_once
 run_test "wireup: no listener -> bounded retries -> unreachable" test_wireup_no_listener_fails_after_retries
 run_test "bad UCX_XQP_* values give errors naming the variable" test_bad_config_values_are_named
+run_test "data path: RMA, AM, atomics, flush/fence, pending, sizes 1 B..4 MiB (gtest)" test_datapath
 run_test "ucx_perftest UCT: put/get/am/atomics over xqp, one-sided and loopback" test_uct_perftest
 run_test "ucx_perftest UCP with UCX_TLS=xqp: tag/rma/amo/stream/am" test_ucp_over_xqp_only
 run_test "Open MPI (pml ucx) 2 ranks over xqp: ping-pong to 4 MiB + allreduce" test_mpi_over_xqp
