@@ -44,6 +44,8 @@ PACKAGES=(
     libhwloc-dev libgtest-dev
     rdmacm-utils ibverbs-utils
     openmpi-bin libopenmpi-dev
+    clang libclang-rt-14-dev valgrind
+    debhelper lintian gnuplot-nox
     dpkg-dev xz-utils
 )
 
@@ -158,6 +160,23 @@ case "$ACTION" in
         make -C "$BUILD" -j"$JOBS" check
         log "integration tests (make check-testbed)"
         make -C "$BUILD" check-testbed
+        log "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+        mkdir -p "$BUILD-asan"
+        if [ ! -f "$BUILD-asan/Makefile" ]; then
+            (cd "$BUILD-asan" && "$SRC/configure" --with-ucx-src="$UCX_SRC" --enable-sanitizers \
+                 > configure.out) || die "configure --enable-sanitizers failed"
+        fi
+        make -C "$BUILD-asan" -j"$JOBS" check
+        log "fuzzing the private-data decoder (make fuzz, bounded)"
+        make -C "$BUILD" fuzz FUZZ_SECONDS="${XQP_FUZZ_SECONDS:-30}"
+        log "Debian package, and the integration suite against it"
+        "$SRC/contrib/build-deb.sh" "$UCX_SRC" "$BUILD"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q -o DPkg::Lock::Timeout=600 \
+            "$BUILD"/deb/ucx-xqp_*.deb >/dev/null
+        rc=0
+        make -C "$BUILD" check-testbed-installed || rc=$?
+        dpkg -r ucx-xqp >/dev/null
+        [ "$rc" = 0 ] || die "integration suite against the installed package failed"
         log "benchmarks (make bench): reported, never fatal"
         make -C "$BUILD" bench || log "the benchmarks could not measure everything"
         log "make distcheck"
