@@ -93,9 +93,16 @@ void Endpoint::on_failed(wireup::Connection &conn)
     schedule_progress();
 }
 
-void Endpoint::on_closed(wireup::Connection &)
+void Endpoint::on_closed(wireup::Connection &conn)
 {
-    /* the peer disconnected */
+    /* the peer disconnected (or died: the kernel disconnects for it). Move
+     * the QP to the error state so requests in flight complete now, with an
+     * error, instead of after the transport's retry timeout. */
+    if (conn.qp() != nullptr) {
+        ibv_qp_attr attr = {};
+        attr.qp_state    = IBV_QPS_ERR;
+        ibv_modify_qp(conn.qp(), &attr, IBV_QP_STATE);
+    }
     fail_status_ = UCS_ERR_CONNECTION_RESET;
     state_.store(State::Failed, std::memory_order_release);
     schedule_progress();
@@ -267,9 +274,15 @@ void Endpoint::on_send_completion(ucs_status_t status, ibv_wc_status wc_status)
     --outstanding_;
     ++completed_sn_;
     if (ucs_unlikely((status != UCS_OK) && !destroying_)) {
-        ucs_error("xqp: ep %p to %s: send completion error: %s", this,
-                  iface::to_string(dst_).c_str(), ibv_wc_status_str(wc_status));
-        fail_datapath(status);
+        if (state() != State::Failed) {
+            /* the first error of a live connection: say what happened */
+            ucs_error("xqp: ep %p to %s: send completion error: %s", this,
+                      iface::to_string(dst_).c_str(), ibv_wc_status_str(wc_status));
+            fail_datapath(status);
+        } else {
+            ucs_debug("xqp: ep %p: request ended with %s after the endpoint failed", this,
+                      ibv_wc_status_str(wc_status));
+        }
     }
     while (!flushes_.empty() && (flushes_.front().first <= completed_sn_)) {
         uct_completion_t *comp = flushes_.front().second;

@@ -6,6 +6,7 @@
 #   XQP_PLUGIN    the installed libuct_xqp.so.0
 #   XQP_BUILDDIR  the build tree (test programs)
 #   XQP_UCX_VERSION  the UCX release xqp was built for
+# XQP_SUITE_ONLY=REGEX runs only the tests whose names match.
 # XQP_EXPECT_DEVICE names the RDMA device that must carry xqp (default: the
 # testbed's XQP_VM_RDMA_DEV, else the first device ibv_devices lists).
 # Prints one PASS/FAIL/SKIP line per test and ends with "N passed, N failed".
@@ -30,6 +31,10 @@ passed=0 failed=0 skipped=0
 run_test() {
     local name=$1
     shift
+    # XQP_SUITE_ONLY=REGEX runs only the matching tests (for developers)
+    if [ -n "${XQP_SUITE_ONLY:-}" ] && ! echo "$name" | grep -Eq "$XQP_SUITE_ONLY"; then
+        return 0
+    fi
     local rc=0
     "$@" >"$WORK/log" 2>&1 || rc=$?
     if [ "$rc" = 0 ]; then
@@ -242,6 +247,50 @@ test_wireup_no_listener_fails_after_retries() (
     [ $((SECONDS - start)) -lt 60 ]
 )
 
+test_unreachable_address_fails_fast() (
+    need_device
+    if [ -z "${XQP_VM:-}" ]; then
+        echo "needs the testbed (creates a guest-internal interface)"
+        exit 77
+    fi
+    # an address inside the guest that no RDMA device serves: a second dummy
+    # interface (no NIC exists, nothing can leave the guest)
+    ip link add xqpnordma type dummy 2>/dev/null
+    ip addr add 10.78.0.1/24 dev xqpnordma 2>/dev/null
+    ip link set xqpnordma up
+    d=$WORK/unreach
+    printf '04%s%024d 1f90\n' 0a4e0001 0 > "$d.a"
+    start=$SECONDS
+    rc=0
+    UCX_XQP_CONNECT_RETRIES=1 "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" \
+        --eps 2 --expect unreachable --check-leaks --timeout 60 || rc=$?
+    ip link del xqpnordma
+    echo "failed in $((SECONDS - start)) s"
+    [ "$rc" = 0 ] && [ $((SECONDS - start)) -lt 30 ]
+)
+
+test_peer_killed_mid_transfer() (
+    need_device
+    d=$WORK/kill
+    rm -f "$d".*
+    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.a" --serve 120 > "$d.victim" 2>&1 &
+    victim=$!
+    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.c" --serve 60 --expect-passive 1 > "$d.second" 2>&1 &
+    second=$!
+    # kill the peer (SIGKILL) while the client streams to it
+    ( sleep 6; kill -9 "$victim" ) &
+    killer=$!
+    start=$SECONDS
+    rc=0
+    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" --eps 1 \
+        --stream 60 --expect-peer-failure --reconnect-to "$d.c" --timeout 90 || rc=$?
+    took=$((SECONDS - start))
+    wait "$killer"; wait "$victim" 2>/dev/null
+    kill "$second" 2>/dev/null; wait "$second" 2>/dev/null
+    echo "client finished in $took s"
+    [ "$rc" = 0 ] && [ "$took" -lt 60 ]
+)
+
 test_bad_config_values_are_named() (
     need_device
     for bad in UCX_XQP_ECE_LOCAL=0:1 UCX_XQP_ECE_LOCAL=banana UCX_XQP_ECE_REQUIRED=0x1ffffffff \
@@ -349,6 +398,8 @@ run_test "wireup: required ECE options unmet -> rdma_reject_ece -> clear error" 
 run_test "wireup: 256 endpoints connect concurrently" test_wireup_256_endpoints
 run_test "wireup: both sides connect to each other at once" test_wireup_both_sides_connect_at_once
 run_test "wireup: no listener -> bounded retries -> unreachable" test_wireup_no_listener_fails_after_retries
+run_test "peer SIGKILLed mid-transfer: error handler, errors, new endpoints work" test_peer_killed_mid_transfer
+run_test "address no RDMA device serves -> unreachable, bounded, no leaks" test_unreachable_address_fails_fast
 run_test "bad UCX_XQP_* values give errors naming the variable" test_bad_config_values_are_named
 run_test "data path: RMA, AM, atomics, flush/fence, pending, sizes 1 B..4 MiB (gtest)" test_datapath
 run_test "ucx_perftest UCT: put/get/am/atomics over xqp, one-sided and loopback" test_uct_perftest

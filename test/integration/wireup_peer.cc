@@ -22,6 +22,14 @@
  *                                 endpoints once they are destroyed
  *   --timeout SECONDS             give up (default 120)
  *   --poll-us N                   sleep between progress calls (default 1000)
+ *   --stream SECONDS              after connecting, keep sending active
+ *                                 messages for at most SECONDS; with
+ *                                 --expect-peer-failure the peer is killed
+ *                                 meanwhile: the endpoint must fail (error
+ *                                 handler called, operations return the
+ *                                 error) and a new endpoint to --reconnect-to
+ *                                 FILE must then connect
+ *   --serve SECONDS               count received active messages for SECONDS
  *
  * Exit status 0 when every check passed.
  */
@@ -55,6 +63,9 @@ struct Options {
     bool        pending = false, check_leaks = false;
     double      timeout = 120;
     unsigned    poll_us = 1000;
+    double      stream = 0, serve = 0;
+    bool        expect_peer_failure = false;
+    std::string reconnect_to;
 };
 
 [[noreturn]] void die(const std::string &msg)
@@ -186,6 +197,20 @@ std::string describe(const xqp_wireup_info_t &i)
 }
 
 unsigned pending_runs = 0;
+unsigned long am_received = 0;
+std::vector<std::pair<uct_ep_h, ucs_status_t>> ep_errors;
+
+ucs_status_t am_handler(void *, void *, size_t, unsigned)
+{
+    ++am_received;
+    return UCS_OK;
+}
+
+ucs_status_t err_handler(void *, uct_ep_h ep, ucs_status_t status)
+{
+    ep_errors.emplace_back(ep, status);
+    return UCS_OK;
+}
 
 ucs_status_t pending_cb(uct_pending_req_t *)
 {
@@ -216,6 +241,10 @@ int main(int argc, char **argv)
         else if (a == "--wait-for") opt.wait_for = next();
         else if (a == "--timeout") opt.timeout = std::stod(next());
         else if (a == "--poll-us") opt.poll_us = std::stoul(next());
+        else if (a == "--stream") opt.stream = std::stod(next());
+        else if (a == "--serve") opt.serve = std::stod(next());
+        else if (a == "--expect-peer-failure") opt.expect_peer_failure = true;
+        else if (a == "--reconnect-to") opt.reconnect_to = next();
         else if (a == "--pending") opt.pending = true;
         else if (a == "--check-leaks") opt.check_leaks = true;
         else die("unknown option " + a);
@@ -268,7 +297,11 @@ int main(int argc, char **argv)
     uct_iface_config_t *iface_config;
     check(uct_md_iface_config_read(md, "xqp", nullptr, nullptr, &iface_config), "iface config");
     uct_iface_params_t params   = {};
-    params.field_mask           = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE;
+    params.field_mask           = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
+                                  UCT_IFACE_PARAM_FIELD_ERR_HANDLER |
+                                  UCT_IFACE_PARAM_FIELD_ERR_HANDLER_FLAGS;
+    params.err_handler          = err_handler;
+    params.err_handler_flags    = 0;
     params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
     params.mode.device.tl_name  = "xqp";
     params.mode.device.dev_name = opt.dev.c_str();
@@ -276,6 +309,8 @@ int main(int argc, char **argv)
     check(uct_iface_open(md, worker, &params, iface_config, &iface), "uct_iface_open");
     uct_config_release(iface_config);
     uct_iface_progress_enable(iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    check(uct_iface_set_am_handler(iface, 1, am_handler, nullptr, UCT_CB_FLAG_ASYNC),
+          "uct_iface_set_am_handler");
 
     uct_iface_attr_t attr;
     check(uct_iface_query(iface, &attr), "uct_iface_query");
@@ -404,6 +439,75 @@ int main(int argc, char **argv)
         }
         /* a foreign handle is refused */
         ok = ok && (ep_info(nullptr, nullptr) == -EINVAL);
+    }
+
+    if ((opt.stream > 0) && !eps.empty()) {
+        /* send until the peer goes away (or the time is up) */
+        const auto stream_end = clock_type::now() + std::chrono::duration<double>(opt.stream);
+        unsigned long sent    = 0;
+        ucs_status_t last     = UCS_OK;
+        while ((clock_type::now() < stream_end) && ep_errors.empty()) {
+            last = uct_ep_am_short(eps[0], 1, sent, nullptr, 0);
+            if (last == UCS_OK) {
+                ++sent;
+            } else if (last != UCS_ERR_NO_RESOURCE) {
+                break;
+            }
+            uct_worker_progress(worker);
+        }
+        const double waited = opt.stream -
+                              std::chrono::duration<double>(stream_end - clock_type::now()).count();
+        /* the error handler runs from progress */
+        for (int i = 0; (i < 1000) && ep_errors.empty(); ++i) {
+            uct_worker_progress(worker);
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        std::printf("stream sent %lu, stopped after %.1f s with %s, error handler calls %zu%s%s\n",
+                    sent, waited, ucs_status_string(last), ep_errors.size(),
+                    ep_errors.empty() ? "" : " status ",
+                    ep_errors.empty() ? "" : ucs_status_string(ep_errors.front().second));
+        if (opt.expect_peer_failure) {
+            /* requests in flight complete with errors; then flush reports it */
+            progress_until([&] { return uct_ep_flush(eps[0], 0, nullptr) != UCS_INPROGRESS; });
+            const ucs_status_t flush = uct_ep_flush(eps[0], 0, nullptr);
+            const bool failed = (ep_errors.size() == 1) && (ep_errors.front().first == eps[0]) &&
+                                (ep_errors.front().second != UCS_OK) && (flush != UCS_OK) &&
+                                (flush != UCS_INPROGRESS) &&
+                                (uct_ep_am_short(eps[0], 1, 0, nullptr, 0) != UCS_OK);
+            std::printf("peer failure %s (flush: %s)\n", failed ? "detected" : "NOT detected",
+                        ucs_status_string(flush));
+            ok = ok && failed;
+            if (!opt.reconnect_to.empty()) {
+                if (!progress_until([&] { return exists(opt.reconnect_to); })) {
+                    die("no address in " + opt.reconnect_to);
+                }
+                std::string dev_hex, iface_hex;
+                std::ifstream(opt.reconnect_to) >> dev_hex >> iface_hex;
+                const auto d = unhex(dev_hex), f = unhex(iface_hex);
+                uct_ep_params_t ep_params = {};
+                ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
+                                       UCT_EP_PARAM_FIELD_IFACE_ADDR;
+                ep_params.iface      = iface;
+                ep_params.dev_addr   = reinterpret_cast<const uct_device_addr_t *>(d.data());
+                ep_params.iface_addr = reinterpret_cast<const uct_iface_addr_t *>(f.data());
+                uct_ep_h ep2;
+                check(uct_ep_create(&ep_params, &ep2), "uct_ep_create (reconnect)");
+                const bool again = progress_until([&] {
+                    return uct_ep_flush(ep2, 0, nullptr) != UCS_ERR_NO_RESOURCE;
+                }) && (uct_ep_flush(ep2, 0, nullptr) == UCS_OK) &&
+                    (uct_ep_am_short(ep2, 1, 42, nullptr, 0) == UCS_OK);
+                std::printf("reconnect after the failure %s\n", again ? "ok" : "FAILED");
+                ok = ok && again;
+                progress_until([&] { return uct_ep_flush(ep2, 0, nullptr) == UCS_OK; });
+                uct_ep_destroy(ep2);
+            }
+        }
+    }
+
+    if (opt.serve > 0) {
+        const auto serve_end = clock_type::now() + std::chrono::duration<double>(opt.serve);
+        progress_until([&] { return clock_type::now() > serve_end; });
+        std::printf("served %lu active messages\n", am_received);
     }
 
     if (opt.expect_passive > 0) {
