@@ -247,6 +247,12 @@ test_wireup_no_listener_fails_after_retries() (
     [ $((SECONDS - start)) -lt 60 ]
 )
 
+test_disconnect_storm() (
+    need_device
+    run_pair storm "" "--expect-passive 1536" "" "--eps 512 --storm 3" || exit 1
+    grep -q '^storm resources' "$WORK/storm.client"
+)
+
 test_unreachable_address_fails_fast() (
     need_device
     if [ -z "${XQP_VM:-}" ]; then
@@ -400,6 +406,7 @@ run_test "wireup: both sides connect to each other at once" test_wireup_both_sid
 run_test "wireup: no listener -> bounded retries -> unreachable" test_wireup_no_listener_fails_after_retries
 run_test "peer SIGKILLed mid-transfer: error handler, errors, new endpoints work" test_peer_killed_mid_transfer
 run_test "address no RDMA device serves -> unreachable, bounded, no leaks" test_unreachable_address_fails_fast
+run_test "disconnect storm: 3 x 512 endpoints created and destroyed, counts back to baseline" test_disconnect_storm
 run_test "bad UCX_XQP_* values give errors naming the variable" test_bad_config_values_are_named
 run_test "data path: RMA, AM, atomics, flush/fence, pending, sizes 1 B..4 MiB (gtest)" test_datapath
 run_test "ucx_perftest UCT: put/get/am/atomics over xqp, one-sided and loopback" test_uct_perftest

@@ -30,6 +30,9 @@
  *                                 error) and a new endpoint to --reconnect-to
  *                                 FILE must then connect
  *   --serve SECONDS               count received active messages for SECONDS
+ *   --storm CYCLES                create --eps endpoints, wait until all are
+ *                                 connected, destroy them; CYCLES times. QP,
+ *                                 MR, cm_id and fd counts must come back
  *
  * Exit status 0 when every check passed.
  */
@@ -64,6 +67,7 @@ struct Options {
     double      timeout = 120;
     unsigned    poll_us = 1000;
     double      stream = 0, serve = 0;
+    unsigned    storm = 0;
     bool        expect_peer_failure = false;
     std::string reconnect_to;
 };
@@ -166,16 +170,16 @@ int count_rdma_res(const char *what)
 }
 
 struct Resources {
-    int fds, qps, cm_ids;
+    int fds, qps, cm_ids, mrs;
     bool operator==(const Resources &o) const
     {
-        return fds == o.fds && qps == o.qps && cm_ids == o.cm_ids;
+        return fds == o.fds && qps == o.qps && cm_ids == o.cm_ids && mrs == o.mrs;
     }
 };
 
 Resources measure()
 {
-    return {count_fds(), count_rdma_res("qp"), count_rdma_res("cm_id")};
+    return {count_fds(), count_rdma_res("qp"), count_rdma_res("cm_id"), count_rdma_res("mr")};
 }
 
 std::string ece(const xqp_ece_t &e)
@@ -242,6 +246,7 @@ int main(int argc, char **argv)
         else if (a == "--timeout") opt.timeout = std::stod(next());
         else if (a == "--poll-us") opt.poll_us = std::stoul(next());
         else if (a == "--stream") opt.stream = std::stod(next());
+        else if (a == "--storm") opt.storm = std::stoul(next());
         else if (a == "--serve") opt.serve = std::stod(next());
         else if (a == "--expect-peer-failure") opt.expect_peer_failure = true;
         else if (a == "--reconnect-to") opt.reconnect_to = next();
@@ -340,6 +345,57 @@ int main(int argc, char **argv)
     std::vector<uct_pending_req_t> reqs(opt.eps);
     Resources before{}, during{};
     double connect_seconds = 0;
+
+    if ((opt.storm > 0) && (opt.eps > 0)) {
+        if (!progress_until([&] { return exists(opt.connect_to); })) {
+            die("no peer address in " + opt.connect_to);
+        }
+        std::string dev_hex, iface_hex;
+        std::ifstream(opt.connect_to) >> dev_hex >> iface_hex;
+        const auto d = unhex(dev_hex), f = unhex(iface_hex);
+        const Resources base = measure();
+        unsigned total_connected = 0;
+        for (unsigned c = 0; c < opt.storm; ++c) {
+            std::vector<uct_ep_h> storm_eps;
+            for (unsigned i = 0; i < opt.eps; ++i) {
+                uct_ep_params_t ep_params = {};
+                ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
+                                       UCT_EP_PARAM_FIELD_IFACE_ADDR;
+                ep_params.iface      = iface;
+                ep_params.dev_addr   = reinterpret_cast<const uct_device_addr_t *>(d.data());
+                ep_params.iface_addr = reinterpret_cast<const uct_iface_addr_t *>(f.data());
+                uct_ep_h ep;
+                check(uct_ep_create(&ep_params, &ep), "uct_ep_create (storm)");
+                storm_eps.push_back(ep);
+            }
+            progress_until([&] {
+                for (auto ep : storm_eps) {
+                    if (uct_ep_flush(ep, 0, nullptr) == UCS_ERR_NO_RESOURCE) {
+                        return false;
+                    }
+                }
+                return true;
+            });
+            unsigned connected = 0;
+            for (auto ep : storm_eps) {
+                connected += (uct_ep_flush(ep, 0, nullptr) == UCS_OK);
+                uct_ep_destroy(ep);
+            }
+            total_connected += connected;
+            std::printf("storm cycle %u: %u of %u connected, destroyed\n", c + 1, connected, opt.eps);
+        }
+        Resources after = measure();
+        for (int i = 0; (i < 50) && !(after == base); ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            after = measure();
+        }
+        std::printf("storm resources before fds %d qps %d mrs %d cm_ids %d, after fds %d qps %d"
+                    " mrs %d cm_ids %d\n", base.fds, base.qps, base.mrs, base.cm_ids, after.fds,
+                    after.qps, after.mrs, after.cm_ids);
+        ok = ok && (total_connected == opt.storm * opt.eps) && (after == base) &&
+             (base.mrs >= 2) && (base.cm_ids >= 1);
+        opt.eps = 0; /* the storm replaces the single round below */
+    }
 
     if (opt.eps > 0) {
         if (!progress_until([&] { return exists(opt.connect_to); })) {
