@@ -376,8 +376,8 @@ ssize_t Endpoint::put_bcopy(uct_pack_callback_t pack_cb, void *arg, uint64_t rem
     return (status == UCS_OK) ? static_cast<ssize_t>(length) : static_cast<ssize_t>(status);
 }
 
-ucs_status_t Endpoint::put_zcopy(const uct_iov_t *iov, size_t iovcnt, uint64_t remote_addr,
-                                 uct_rkey_t rkey, uct_completion_t *comp)
+ucs_status_t Endpoint::rdma_zcopy(ibv_wr_opcode opcode, const uct_iov_t *iov, size_t iovcnt,
+                                  uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
 {
     ucs_status_t status = tx_check();
     if (ucs_unlikely(status != UCS_OK)) {
@@ -395,9 +395,15 @@ ucs_status_t Endpoint::put_zcopy(const uct_iov_t *iov, size_t iovcnt, uint64_t r
     ibv_send_wr wr  = {};
     wr.sg_list      = sge;
     wr.num_sge      = num_sge;
-    set_rdma(wr, IBV_WR_RDMA_WRITE, remote_addr, rkey);
+    set_rdma(wr, opcode, remote_addr, rkey);
     status = post(&wr, op);
     return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+ucs_status_t Endpoint::put_zcopy(const uct_iov_t *iov, size_t iovcnt, uint64_t remote_addr,
+                                 uct_rkey_t rkey, uct_completion_t *comp)
+{
+    return rdma_zcopy(IBV_WR_RDMA_WRITE, iov, iovcnt, remote_addr, rkey, comp);
 }
 
 ucs_status_t Endpoint::get_bcopy(uct_unpack_callback_t unpack_cb, void *arg, size_t length,
@@ -434,25 +440,7 @@ ucs_status_t Endpoint::get_bcopy(uct_unpack_callback_t unpack_cb, void *arg, siz
 ucs_status_t Endpoint::get_zcopy(const uct_iov_t *iov, size_t iovcnt, uint64_t remote_addr,
                                  uct_rkey_t rkey, uct_completion_t *comp)
 {
-    ucs_status_t status = tx_check();
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
-    ibv_sge sge[8];
-    int num_sge;
-    size_t total;
-    status = iov_to_sge(iov, iovcnt, sge, iface_->max_send_sge(), &num_sge, &total);
-    if (status != UCS_OK) {
-        return status;
-    }
-    iface::TxOp *op = iface_->get_op();
-    op->comp        = comp;
-    ibv_send_wr wr  = {};
-    wr.sg_list      = sge;
-    wr.num_sge      = num_sge;
-    set_rdma(wr, IBV_WR_RDMA_READ, remote_addr, rkey);
-    status = post(&wr, op);
-    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+    return rdma_zcopy(IBV_WR_RDMA_READ, iov, iovcnt, remote_addr, rkey, comp);
 }
 
 /* active messages: SEND with the AM id as immediate data (see the receive

@@ -200,6 +200,21 @@ std::string describe(const xqp_wireup_info_t &i)
     return s.str();
 }
 
+/* an endpoint to the interface whose address is in dev/iface */
+uct_ep_h create_ep(uct_iface_h iface, const std::vector<uint8_t> &dev,
+                   const std::vector<uint8_t> &iface_addr)
+{
+    uct_ep_params_t ep_params = {};
+    ep_params.field_mask      = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
+                                UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    ep_params.iface           = iface;
+    ep_params.dev_addr        = reinterpret_cast<const uct_device_addr_t *>(dev.data());
+    ep_params.iface_addr      = reinterpret_cast<const uct_iface_addr_t *>(iface_addr.data());
+    uct_ep_h ep;
+    check(uct_ep_create(&ep_params, &ep), "uct_ep_create");
+    return ep;
+}
+
 unsigned pending_runs = 0;
 unsigned long am_received = 0;
 std::vector<std::pair<uct_ep_h, ucs_status_t>> ep_errors;
@@ -358,15 +373,7 @@ int main(int argc, char **argv)
         for (unsigned c = 0; c < opt.storm; ++c) {
             std::vector<uct_ep_h> storm_eps;
             for (unsigned i = 0; i < opt.eps; ++i) {
-                uct_ep_params_t ep_params = {};
-                ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
-                                       UCT_EP_PARAM_FIELD_IFACE_ADDR;
-                ep_params.iface      = iface;
-                ep_params.dev_addr   = reinterpret_cast<const uct_device_addr_t *>(d.data());
-                ep_params.iface_addr = reinterpret_cast<const uct_iface_addr_t *>(f.data());
-                uct_ep_h ep;
-                check(uct_ep_create(&ep_params, &ep), "uct_ep_create (storm)");
-                storm_eps.push_back(ep);
+                storm_eps.push_back(create_ep(iface, d, f));
             }
             progress_until([&] {
                 for (auto ep : storm_eps) {
@@ -413,14 +420,7 @@ int main(int argc, char **argv)
 
         const auto t0 = clock_type::now();
         for (unsigned i = 0; i < opt.eps; ++i) {
-            uct_ep_params_t ep_params = {};
-            ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
-                                   UCT_EP_PARAM_FIELD_IFACE_ADDR;
-            ep_params.iface      = iface;
-            ep_params.dev_addr   = reinterpret_cast<const uct_device_addr_t *>(peer_dev.data());
-            ep_params.iface_addr = reinterpret_cast<const uct_iface_addr_t *>(peer_iface.data());
-            uct_ep_h ep;
-            check(uct_ep_create(&ep_params, &ep), "uct_ep_create");
+            uct_ep_h ep = create_ep(iface, peer_dev, peer_iface);
             eps.push_back(ep);
             if (opt.pending) {
                 reqs[i].func = pending_cb;
@@ -540,14 +540,7 @@ int main(int argc, char **argv)
                 std::string dev_hex, iface_hex;
                 std::ifstream(opt.reconnect_to) >> dev_hex >> iface_hex;
                 const auto d = unhex(dev_hex), f = unhex(iface_hex);
-                uct_ep_params_t ep_params = {};
-                ep_params.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
-                                       UCT_EP_PARAM_FIELD_IFACE_ADDR;
-                ep_params.iface      = iface;
-                ep_params.dev_addr   = reinterpret_cast<const uct_device_addr_t *>(d.data());
-                ep_params.iface_addr = reinterpret_cast<const uct_iface_addr_t *>(f.data());
-                uct_ep_h ep2;
-                check(uct_ep_create(&ep_params, &ep2), "uct_ep_create (reconnect)");
+                uct_ep_h ep2 = create_ep(iface, d, f);
                 const bool again = progress_until([&] {
                     return uct_ep_flush(ep2, 0, nullptr) != UCS_ERR_NO_RESOURCE;
                 }) && (uct_ep_flush(ep2, 0, nullptr) == UCS_OK) &&
