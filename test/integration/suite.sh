@@ -318,7 +318,8 @@ perf_pair() {
     shift
     local port=$((20000 + RANDOM % 10000)) rc=0 src=0
     # shellcheck disable=SC2086
-    env $envs UCX_WARN_UNUSED_ENV_VARS=n timeout 180 "$RUN" ucx_perftest -p "$port" > "$WORK/perf.server" 2>&1 &
+    env $envs UCX_WARN_UNUSED_ENV_VARS=n timeout 180 "$RUN" ucx_perftest -p "$port" ${PERF_SERVER_ARGS:-} \
+        > "$WORK/perf.server" 2>&1 &
     local server=$!
     sleep 2
     # shellcheck disable=SC2086
@@ -363,6 +364,14 @@ test_ucp_over_xqp_only() (
             { echo "UCP did not use xqp for $t"; grep 'ep_cfg' "$WORK/perf.client"; exit 1; }
         echo "ok: $t ($(grep -m1 'ep_cfg' "$WORK/perf.client" | sed 's/.*INFO *//'))"
     done
+)
+
+test_ucp_event_driven() (
+    need_device
+    # -E sleep: both sides block in ucp_worker_wait, which arms xqp's
+    # completion channel (uct_iface_event_fd_get / uct_iface_event_arm)
+    PERF_SERVER_ARGS="-E sleep" perf_pair "UCX_TLS=xqp" -t tag_lat -s 8 -n 300 -E sleep &&
+        PERF_SERVER_ARGS="-E sleep" perf_pair "UCX_TLS=xqp" -t tag_bw -s 65536 -n 100 -E sleep
 )
 
 test_mpi_over_xqp() (
@@ -411,6 +420,7 @@ run_test "bad UCX_XQP_* values give errors naming the variable" test_bad_config_
 run_test "data path: RMA, AM, atomics, flush/fence, pending, sizes 1 B..4 MiB (gtest)" test_datapath
 run_test "ucx_perftest UCT: put/get/am/atomics over xqp, one-sided and loopback" test_uct_perftest
 run_test "ucx_perftest UCP with UCX_TLS=xqp: tag/rma/amo/stream/am" test_ucp_over_xqp_only
+run_test "UCP event-driven progress (-E sleep) over xqp" test_ucp_event_driven
 run_test "Open MPI (pml ucx) 2 ranks over xqp: ping-pong to 4 MiB + allreduce" test_mpi_over_xqp
 # a benchmark: reports, never fails the suite on speed
 run_test "bench: 256 connections, xqp vs rdma-core cmtime" bench_wireup_vs_cmtime
