@@ -45,7 +45,7 @@ PACKAGES=(
     rdmacm-utils ibverbs-utils
     openmpi-bin libopenmpi-dev
     clang libclang-rt-14-dev valgrind
-    debhelper lintian gnuplot-nox
+    debhelper lintian gnuplot-nox rpm
     dpkg-dev xz-utils
 )
 
@@ -177,6 +177,16 @@ case "$ACTION" in
         make -C "$BUILD" check-testbed-installed || rc=$?
         dpkg -r ucx-xqp >/dev/null
         [ "$rc" = 0 ] || die "integration suite against the installed package failed"
+        log "source RPM from the spec (rpmbuild -bs)"
+        rpmtop=$(mktemp -d /tmp/xqp-rpm.XXXXXX)
+        mkdir -p "$rpmtop/SOURCES"
+        cp "$BUILD"/xqp-*.tar.gz "$rpmtop/SOURCES/" 2>/dev/null ||
+            (cd "$BUILD" && make dist-gzip >/dev/null && cp xqp-*.tar.gz "$rpmtop/SOURCES/")
+        rpmbuild -bs --define "_topdir $rpmtop" --define "ucx_src $UCX_SRC" \
+            "$SRC/contrib/rpm/xqp.spec" > "$rpmtop/log" 2>&1 ||
+            { cat "$rpmtop/log"; die "rpmbuild -bs failed"; }
+        ls "$rpmtop"/SRPMS/*.src.rpm
+        rm -rf "$rpmtop"
         log "benchmarks (make bench): reported, never fatal"
         make -C "$BUILD" bench || log "the benchmarks could not measure everything"
         log "make distcheck"
