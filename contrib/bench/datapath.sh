@@ -6,7 +6,7 @@
 #   perftest ib_write_bw -R / ib_write_lat -R   (raw verbs over rdma_cm)
 #   ucx_perftest -x rc_verbs                     (UCX's own RC transport)
 #   ucx_perftest -x xqp                          (this plugin)
-# Prints a table of latency and bandwidth with ratios against rc_verbs and
+# Prints a table of latency (median) and bandwidth with ratios against rc_verbs and
 # perftest, writes OUTDIR/datapath.tsv and, when gnuplot is there,
 # OUTDIR/datapath.png; then counts user-space instructions per put_short and
 # am_short with callgrind (inclusive instructions of the transport's function
@@ -35,8 +35,9 @@ uct_perf() {
     local rc=$?
     wait "$server"
     [ "$rc" = 0 ] || { cat "$tmp/c" >&2; return 1; }
-    # Final: iters 50% avg overall avg-bw overall-bw ...
-    awk '/^Final:/ { print $4, $7 }' "$tmp/c"
+    # Final: iters 50%ile avg overall avg-bw overall-bw ...: the median
+    # latency (robust to the emulator's stalls) and the overall bandwidth
+    awk '/^Final:/ { print $3, $7 }' "$tmp/c"
 }
 
 # perftest: ib_write_lat / ib_write_bw over rdma_cm
@@ -50,8 +51,9 @@ ib_perf() {
     wait "$server"
     [ "$rc" = 0 ] || { cat "$tmp/pc" >&2; return 1; }
     if [ "$prog" = ib_write_lat ]; then
-        # #bytes #iterations t_min t_max t_typical t_avg ...
-        awk -v s="$size" '$1 == s && NF >= 6 { print $6 }' "$tmp/pc" | tail -n 1
+        # #bytes #iterations t_min t_max t_typical t_avg ...: the typical
+        # (median) latency, as for ucx_perftest
+        awk -v s="$size" '$1 == s && NF >= 6 { print $5 }' "$tmp/pc" | tail -n 1
     else
         # #bytes #iterations BW peak BW average[MB/sec] ...
         awk -v s="$size" '$1 == s && NF >= 4 { printf "%.2f\n", $4 * 1.048576 }' "$tmp/pc" | tail -n 1
