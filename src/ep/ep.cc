@@ -177,9 +177,8 @@ ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *comp)
         }
         return UCS_INPROGRESS;
     case State::Failed:
-        if (outstanding_ > 0) {
-            return UCS_INPROGRESS;
-        }
+        /* requests still in flight end with errors (or never, when the
+         * device is gone): the endpoint's status is the answer either way */
         return (flags & UCT_FLUSH_FLAG_CANCEL) ? UCS_OK : fail_status_;
     case State::Connecting:
     default:

@@ -48,6 +48,9 @@ public:
     ucs_status_t flush(unsigned flags, uct_completion_t *comp);
     void fence() { fence_next_ = true; }
     unsigned outstanding() const { return outstanding_; }
+    /* the data QP still exists (a failed connection may have destroyed it,
+     * and with it every completion still to come) */
+    bool qp_alive() const { return conn_.qp() != nullptr; }
 
     /* data operations (main thread) */
     ucs_status_t put_short(const void *buffer, unsigned length, uint64_t remote_addr,

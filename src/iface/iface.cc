@@ -842,7 +842,7 @@ void Iface::drain(ep::Endpoint *ep)
     /* bounded: a QP in the error state flushes every request quickly */
     const ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(5.0);
     ibv_wc wcs[16];
-    while (ep->outstanding() > 0) {
+    while ((ep->outstanding() > 0) && ep->qp_alive()) {
         const int n = ibv_poll_cq(send_cq_.get(), 16, wcs);
         for (int i = 0; i < n; ++i) {
             handle_send_completion(wcs[i]);

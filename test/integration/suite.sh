@@ -391,6 +391,38 @@ test_mpi_over_xqp() (
         echo "$out" | grep -q "ep_cfg.*tag(.*xqp/$DEV:1"
 )
 
+test_device_removal_while_connected() (
+    need_device
+    if [ -z "${XQP_VM:-}" ]; then
+        echo "needs the testbed (removes and re-adds the Soft-RoCE device)"
+        exit 77
+    fi
+    d=$WORK/removal
+    rm -f "$d".*
+    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.a" --serve 60 > "$d.server" 2>&1 &
+    server=$!
+    # remove the device once the client streams (its address file appears
+    # when it starts; connecting takes a few seconds under emulation)
+    ( while [ ! -e "$d.b" ]; do sleep 0.2; done; sleep 8
+      echo "rdma link delete $DEV"; timeout 60 rdma link delete "$DEV"; echo "delete rc=$?" ) &
+    remover=$!
+    rc=0
+    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" --eps 1 --stream 60 \
+        --expect-peer-failure --timeout 90 > "$d.client" 2>&1 || rc=$?
+    wait "$remover"
+    src=0
+    wait "$server" || src=$?
+    cat "$d.client" "$d.server"
+    removed=yes
+    rdma link show 2>/dev/null | grep -q "link $DEV/" && removed=no
+    # bring the device back for whatever runs next
+    rdma link add "$DEV" type rxe netdev "${XQP_VM_NETDEV:?}" || true
+    echo "client $rc, server $src, device removed: $removed"
+    [ "$rc" = 0 ] && [ "$src" = 0 ] && [ "$removed" = yes ] &&
+        grep -q 'error handler calls 1 status' "$d.client" &&
+        grep -q 'peer failure detected' "$d.client"
+)
+
 bench_wireup_vs_cmtime() (
     need_device
     "$XQP_SRCDIR/contrib/bench/wireup-vs-cmtime.sh" "$RUN" "$PEER" "$DEV" 256
@@ -424,6 +456,8 @@ run_test "UCP event-driven progress (-E sleep) over xqp" test_ucp_event_driven
 run_test "Open MPI (pml ucx) 2 ranks over xqp: ping-pong to 4 MiB + allreduce" test_mpi_over_xqp
 # a benchmark: reports, never fails the suite on speed
 run_test "bench: 256 connections, xqp vs rdma-core cmtime" bench_wireup_vs_cmtime
+# last: it removes the device (and adds it back)
+run_test "device removed while connected (rdma link delete): clean failure, no crash" test_device_removal_while_connected
 cat "$WORK/bench.txt" 2>/dev/null
 
 echo "integration: $passed passed, $failed failed, $skipped skipped"
