@@ -160,6 +160,8 @@ case "$ACTION" in
         make -C "$BUILD" -j"$JOBS" check
         log "integration tests (make check-testbed)"
         make -C "$BUILD" check-testbed
+        log "integration tests under valgrind memcheck (make check-valgrind)"
+        make -C "$BUILD" check-valgrind
         log "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
         mkdir -p "$BUILD-asan"
         if [ ! -f "$BUILD-asan/Makefile" ]; then

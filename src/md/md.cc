@@ -5,7 +5,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 
 namespace xqp::md {
 
@@ -163,7 +165,23 @@ static topo::DeviceLocality find_locality(const std::string &device_name, const 
     }
     const std::string xml = (config.topo_xml != nullptr) ? config.topo_xml : "";
     std::string error;
-    auto topology = topo::Topology::load(xml, &error);
+    /* one topology per source for the whole process: loading the live one
+     * takes milliseconds and hwloc's I/O discovery keeps memory per load */
+    static std::mutex lock;
+    static std::map<std::string, std::shared_ptr<topo::Topology>> loaded;
+    std::shared_ptr<topo::Topology> topology;
+    {
+        std::lock_guard<std::mutex> guard(lock);
+        auto it = loaded.find(xml);
+        if (it != loaded.end()) {
+            topology = it->second;
+        } else {
+            topology = topo::Topology::load(xml, &error);
+            if (topology) {
+                loaded.emplace(xml, topology);
+            }
+        }
+    }
     if (!topology) {
         if (!xml.empty()) {
             /* the user asked for this file: say so, but keep working */

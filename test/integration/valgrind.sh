@@ -1,0 +1,53 @@
+#!/bin/bash
+# The integration tests that exercise most of xqp's code, under valgrind
+# memcheck (run inside the testbed by 'make check-valgrind'). Fails on any
+# memory error, or a definite leak, that valgrind attributes to a stack the
+# suppressions (test/valgrind.supp) do not cover. Ends with "N passed, N failed".
+set -u
+: "${XQP_PLUGIN:?}" "${XQP_BUILDDIR:?}" "${XQP_SRCDIR:?}"
+TESTS=$XQP_BUILDDIR/test/integration
+DEV=${XQP_EXPECT_DEVICE:-${XQP_VM_RDMA_DEV:-rxe0}}
+export XQP_EXPECT_DEVICE=$DEV XQP_TEST_DATA_DIR=$XQP_SRCDIR/test/data
+WORK=$(mktemp -d /tmp/xqp-vg.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+VG=(valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
+    --num-callers=30 --suppressions="$XQP_SRCDIR/test/valgrind.supp")
+passed=0 failed=0
+
+check() {
+    local name=$1 log=$2 rc=$3
+    if [ "$rc" = 0 ]; then
+        echo "PASS: valgrind: $name"
+        passed=$((passed + 1))
+    else
+        echo "FAIL: valgrind: $name (exit $rc)"
+        grep -E "==[0-9]+== (Invalid|Conditional|Use of|Syscall|.*definitely lost|ERROR SUMMARY)" -A12 "$log" | head -80
+        failed=$((failed + 1))
+    fi
+}
+
+rc=0
+LD_PRELOAD=$XQP_PLUGIN "${VG[@]}" "$TESTS/xqp_uct_tests" --gtest_brief=1 > "$WORK/uct.log" 2>&1 || rc=$?
+check "component, md, iface, config (xqp_uct_tests)" "$WORK/uct.log" "$rc"
+
+rc=0
+LD_PRELOAD=$XQP_PLUGIN "${VG[@]}" "$TESTS/xqp_datapath_tests" --gtest_brief=1 \
+    --gtest_filter='*_8B*:*_1KiB*:Datapath.*:Atomics.*:Pending.*' > "$WORK/dp.log" 2>&1 || rc=$?
+check "data path: RMA, AM, atomics, flush, pending (xqp_datapath_tests, small sizes)" "$WORK/dp.log" "$rc"
+
+rm -f "$WORK"/a "$WORK"/b "$WORK"/*.done
+LD_PRELOAD=$XQP_PLUGIN "${VG[@]}" "$TESTS/xqp_wireup_peer" --dev "$DEV:1" --addr-file "$WORK/a" \
+    --expect-passive 4 --done-file "$WORK/a.done" --wait-for "$WORK/b.done" --timeout 300 \
+    > "$WORK/server.log" 2>&1 &
+server=$!
+rc=0
+LD_PRELOAD=$XQP_PLUGIN "${VG[@]}" "$TESTS/xqp_wireup_peer" --dev "$DEV:1" --addr-file "$WORK/b" \
+    --connect-to "$WORK/a" --eps 4 --pending --done-file "$WORK/b.done" --wait-for "$WORK/a.done" \
+    --timeout 300 > "$WORK/client.log" 2>&1 || rc=$?
+check "wireup, active side (4 endpoints, pending)" "$WORK/client.log" "$rc"
+rc=0
+wait "$server" || rc=$?
+check "wireup, passive side" "$WORK/server.log" "$rc"
+
+echo "valgrind: $passed passed, $failed failed"
+[ "$failed" = 0 ]
