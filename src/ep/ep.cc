@@ -37,14 +37,15 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
     }
     UCS_ASYNC_BLOCK(iface_->async());
     conn_.connect(dst_);
+    iface_->add_ep(this); /* the interface's timer walks its endpoints */
     UCS_ASYNC_UNBLOCK(iface_->async());
-    iface_->add_ep(this);
 }
 
 Endpoint::~Endpoint()
 {
     destroying_ = true;
     UCS_ASYNC_BLOCK(iface_->async());
+    iface_->remove_ep(this);
     if (progress_scheduled_) {
         uct_worker_progress_unregister_safe(iface_->worker(), &progress_id_);
         progress_scheduled_ = false;
@@ -63,7 +64,6 @@ Endpoint::~Endpoint()
         uct_invoke_completion(comp, UCS_ERR_CANCELED);
     }
     flushes_.clear();
-    iface_->remove_ep(this);
     /* conn_ is destroyed after this body, still before the base class */
     UCS_CLASS_CLEANUP(uct_base_ep_t, &handle_.super);
 }

@@ -81,6 +81,8 @@ public:
     void pending_purge(uct_pending_purge_callback_t cb, void *arg);
 
     void wireup_info(xqp_wireup_info_t *info) const;
+    /* from the interface's timer (async context) */
+    void check_timeout(double now) { conn_.check_timeout(now); }
 
     /* wireup::ConnectionOwner (called with the async context blocked) */
     void on_established(wireup::Connection &conn) override;

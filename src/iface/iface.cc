@@ -61,6 +61,12 @@ ucs_config_field_t config_table[] = {
      "How long rdma_resolve_route may take for one connection attempt.",
      ucs_offsetof(Config, route_resolve_timeout), UCS_CONFIG_TYPE_TIME},
 
+    {"CONNECT_TIMEOUT", "10s",
+     "How long one connection attempt (address and route resolution, then\n"
+     "the CM exchange) may take before it is abandoned and retried; a peer\n"
+     "that never answers is reported after (retries + 1) times this.",
+     ucs_offsetof(Config, connect_timeout), UCS_CONFIG_TYPE_TIME},
+
     {"CONNECT_RETRIES", "3",
      "How many times a failed connection attempt is retried, each time with a\n"
      "new rdma_cm id and QP. A reject because of ECE options is not retried.",
@@ -364,6 +370,7 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     wireup_config_.route_timeout_ms = to_timeout_ms("ROUTE_RESOLVE_TIMEOUT",
                                                     config.route_resolve_timeout);
     wireup_config_.max_retries      = config.connect_retries;
+    wireup_config_.connect_timeout_s = to_timeout_ms("CONNECT_TIMEOUT", config.connect_timeout) / 1000.0;
     std::random_device rd;
     wireup_config_.iface_uuid  = (uint64_t(rd()) << 32) | rd();
     wireup_config_.max_am_size = 1;
@@ -512,11 +519,23 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
         throw Error(status, "cannot watch the rdma_cm channel");
     }
     async_handler_ = true;
+    /* connection attempts that hang (a peer that never answers) */
+    status = ucs_async_add_timer(async_->mode, ucs_time_from_sec(0.25), timer_handler, this,
+                                 async_, &timer_id_);
+    if (status != UCS_OK) {
+        ucs_async_remove_handler(channel_->fd, 1);
+        async_handler_ = false;
+        UCS_CLASS_CLEANUP(uct_base_iface_t, &handle_.super);
+        throw Error(status, "cannot add the connection timer");
+    }
     ucs_debug("xqp: %s listening on %s", resource_name_.c_str(), to_string(listen_addr_).c_str());
 }
 
 Iface::~Iface()
 {
+    if (timer_id_ >= 0) {
+        ucs_async_remove_handler(timer_id_, 1);
+    }
     if (async_handler_) {
         ucs_async_remove_handler(channel_->fd, 1);
     }
@@ -537,6 +556,16 @@ Iface::~Iface()
 void Iface::cm_event_handler(int, ucs_event_set_types_t, void *arg)
 {
     static_cast<Iface *>(arg)->progress_cm_events();
+}
+
+void Iface::timer_handler(int, ucs_event_set_types_t, void *arg)
+{
+    /* on the async context, like the rdma_cm events */
+    auto *iface      = static_cast<Iface *>(arg);
+    const double now = ucs_time_to_sec(ucs_get_time());
+    for (auto *ep : iface->eps_) {
+        ep->check_timeout(now);
+    }
 }
 
 void Iface::progress_cm_events()

@@ -61,6 +61,7 @@ struct Config {
     char              *ece_local;     /* "auto" or VENDOR:OPTIONS */
     double             addr_resolve_timeout;
     double             route_resolve_timeout;
+    double             connect_timeout;
     unsigned           connect_retries;
     unsigned           tx_queue_len;
     unsigned           rx_queue_len;
@@ -164,6 +165,7 @@ private:
     void probe_qp_caps(const Config &config);
 
     static void cm_event_handler(int id, ucs_event_set_types_t events, void *arg);
+    static void timer_handler(int id, ucs_event_set_types_t events, void *arg);
     void progress_cm_events();
     void record_passive(wireup::Connection &conn);
 
@@ -205,6 +207,7 @@ private:
     std::unique_ptr<wireup::RdmaCmOps> cm_;
     wireup::VerbsEceProvider ece_provider_;
     bool                async_handler_ = false;
+    int                 timer_id_      = -1;
     uint32_t            conn_seq_      = 0;
 
     /* passive connections, and what each one ended with */

@@ -1,5 +1,6 @@
 #include "wireup/connection.h"
 
+#include <cstdio>
 #include <cstring>
 
 namespace xqp::wireup {
@@ -88,9 +89,30 @@ void Connection::connect(const sockaddr_storage &dst)
     start_attempt();
 }
 
+void Connection::check_timeout(double now)
+{
+    const bool in_attempt = (state_ == ConnState::ResolvingAddr) ||
+                            (state_ == ConnState::ResolvingRoute) ||
+                            (state_ == ConnState::Connecting);
+    if (!active_ || !in_attempt || (config_.connect_timeout_s <= 0)) {
+        return;
+    }
+    if (attempt_start_ < 0) {
+        attempt_start_ = now;
+        return;
+    }
+    if (now - attempt_start_ > config_.connect_timeout_s) {
+        char text[64];
+        std::snprintf(text, sizeof(text), "no connection after %.1f s (%s)",
+                      config_.connect_timeout_s, to_string(state_));
+        attempt_failed(text);
+    }
+}
+
 void Connection::start_attempt()
 {
     ++attempts_;
+    attempt_start_ = -1;
     state_  = ConnState::ResolvingAddr;
     int err = cm_.create_id(this, &id_);
     if (err != 0) {

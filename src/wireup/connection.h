@@ -37,6 +37,8 @@ struct WireupConfig {
     EcePolicy ece;
     int       addr_timeout_ms  = 2000;
     int       route_timeout_ms = 2000;
+    /* one attempt (resolve + connect) may take this long; 0: no limit */
+    double    connect_timeout_s = 0;
     unsigned  max_retries      = 3;
     /* what this side tells the peer in its Hello */
     uint64_t  iface_uuid  = 0;
@@ -92,6 +94,10 @@ public:
     /* rdma_disconnect when connected (idempotent) */
     void disconnect();
 
+    /* active side: fails the current attempt (and retries) when it has run
+     * longer than connect_timeout_s; now is in seconds on any monotonic clock */
+    void check_timeout(double now);
+
     ConnState          state() const { return state_; }
     bool               active() const { return active_; }
     uint32_t           conn_id() const { return conn_id_; }
@@ -129,6 +135,7 @@ private:
     rdma_cm_id        *id_    = nullptr;
     ibv_qp            *qp_    = nullptr;
     unsigned           attempts_ = 0;
+    double             attempt_start_ = -1; /* set by the first check_timeout */
     ucs_status_t       status_   = UCS_OK;
     int                reject_reason_ = 0;
     std::string        error_;

@@ -247,6 +247,47 @@ test_wireup_no_listener_fails_after_retries() (
     [ $((SECONDS - start)) -lt 60 ]
 )
 
+test_resolution_timeout() (
+    need_device
+    if [ -z "${XQP_VM:-}" ]; then
+        echo "needs the testbed (an address on its internal network that nobody answers)"
+        exit 77
+    fi
+    # 10.77.0.99: on the guest's dummy network (no NIC: nothing leaves the
+    # guest) nobody answers: the connect request goes unanswered, and the
+    # attempt is abandoned after UCX_XQP_CONNECT_TIMEOUT
+    d=$WORK/timeout
+    printf '04%s%024d 1f90\n' 0a4d0063 0 > "$d.a"
+    start=$SECONDS
+    rc=0
+    UCX_XQP_CONNECT_TIMEOUT=2s UCX_XQP_CONNECT_RETRIES=1 "$RUN" "$PEER" --dev "$DEV:1" \
+        --addr-file "$d.b" --connect-to "$d.a" --eps 1 --expect unreachable --check-leaks \
+        --timeout 60 || rc=$?
+    echo "failed in $((SECONDS - start)) s"
+    [ "$rc" = 0 ] && [ $((SECONDS - start)) -lt 30 ]
+)
+
+test_ece_reject_under_load() (
+    need_device
+    d=$WORK/load
+    rm -f "$d".*
+    # background traffic: a client streaming active messages to a server
+    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.a" --serve 40 > "$d.bg.server" 2>&1 &
+    bgs=$!
+    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" --eps 1 --stream 25 \
+        > "$d.bg.client" 2>&1 &
+    bgc=$!
+    sleep 3
+    rc=0
+    run_pair loadreject "UCX_XQP_ECE=on UCX_XQP_ECE_REQUIRED=0x2 UCX_XQP_ECE_LOCAL=0x15b3:0x3" \
+        "--expect-passive 16" "UCX_XQP_ECE_LOCAL=0x15b3:0x1" "--eps 16 --expect rejected --check-leaks" || rc=$?
+    wait "$bgc" || rc=1
+    kill "$bgs" 2>/dev/null; wait "$bgs" 2>/dev/null
+    cat "$d.bg.client"
+    [ "$rc" = 0 ] && grep -q '^stream sent [1-9]' "$d.bg.client" &&
+        grep -q '^summary eps 16 connected 0 rejected 16 ' "$WORK/loadreject.client"
+)
+
 test_disconnect_storm() (
     need_device
     run_pair storm "" "--expect-passive 1536" "" "--eps 512 --storm 3" || exit 1
@@ -448,6 +489,8 @@ run_test "wireup: no listener -> bounded retries -> unreachable" test_wireup_no_
 run_test "peer SIGKILLed mid-transfer: error handler, errors, new endpoints work" test_peer_killed_mid_transfer
 run_test "address no RDMA device serves -> unreachable, bounded, no leaks" test_unreachable_address_fails_fast
 run_test "disconnect storm: 3 x 512 endpoints created and destroyed, counts back to baseline" test_disconnect_storm
+run_test "silent peer: connect timeout -> unreachable, bounded, no leaks" test_resolution_timeout
+run_test "ECE reject (16 endpoints) while other traffic runs" test_ece_reject_under_load
 run_test "bad UCX_XQP_* values give errors naming the variable" test_bad_config_values_are_named
 run_test "data path: RMA, AM, atomics, flush/fence, pending, sizes 1 B..4 MiB (gtest)" test_datapath
 run_test "ucx_perftest UCT: put/get/am/atomics over xqp, one-sided and loopback" test_uct_perftest

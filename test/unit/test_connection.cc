@@ -1713,3 +1713,67 @@ TEST(WireupConnection, DestructorWhileConnectingOrAccepting)
         EXPECT_EQ(r.take(), Calls{});
     }
 }
+
+/* ================================================================== attempt timeout */
+
+TEST(WireupConnection, ActiveAttemptTimesOutAndRetriesWithFreshId)
+{
+    Rig r;
+    r.cfg.connect_timeout_s = 2.0;
+    r.cfg.max_retries       = 1;
+    r.to_connecting();
+    r.take();
+    r.conn->check_timeout(100.0); /* starts the clock of this attempt */
+    r.conn->check_timeout(101.9); /* not yet */
+    EXPECT_TRUE(r.take().empty());
+    EXPECT_EQ(ConnState::Connecting, r.conn->state());
+
+    r.conn->check_timeout(102.1); /* the silent peer: abandon, retry */
+    EXPECT_EQ(r.take(), (Calls{"destroy_qp", "destroy_id", "create_id", "resolve_addr"}));
+    EXPECT_EQ(2u, r.conn->attempts());
+    EXPECT_TRUE(r.owner.logged("attempt 1 failed: no connection after 2.0 s (connecting); "
+                               "retrying with a new cm_id"));
+
+    /* the retry's clock starts afresh; when it expires too, it is final */
+    r.conn->check_timeout(200.0);
+    r.conn->check_timeout(203.0);
+    EXPECT_EQ(r.take(), (Calls{"destroy_id", "on_failed"}));
+    EXPECT_EQ(ConnState::Failed, r.conn->state());
+    EXPECT_EQ(UCS_ERR_UNREACHABLE, r.conn->status());
+    EXPECT_TRUE(contains(r.conn->error(), "no connection after 2.0 s (resolving address) "
+                                          "(after 2 attempts)")) << r.conn->error();
+}
+
+TEST(WireupConnection, TimeoutDoesNothingWhenConnectedPassiveOrDisabled)
+{
+    {
+        Rig r;
+        r.cfg.connect_timeout_s = 1.0;
+        r.to_connected_active();
+        r.take();
+        r.conn->check_timeout(0.0);
+        r.conn->check_timeout(100.0);
+        EXPECT_TRUE(r.take().empty());
+        EXPECT_EQ(ConnState::Connected, r.conn->state());
+    }
+    {
+        Rig r;
+        r.cfg.connect_timeout_s = 1.0;
+        r.request(request_bytes(kConnId));
+        r.take();
+        r.conn->check_timeout(0.0);
+        r.conn->check_timeout(100.0);
+        EXPECT_TRUE(r.take().empty());
+        EXPECT_EQ(ConnState::Accepting, r.conn->state());
+    }
+    {
+        Rig r;
+        r.cfg.connect_timeout_s = 0; /* no limit */
+        r.to_connecting();
+        r.take();
+        r.conn->check_timeout(0.0);
+        r.conn->check_timeout(1e6);
+        EXPECT_TRUE(r.take().empty());
+        EXPECT_EQ(ConnState::Connecting, r.conn->state());
+    }
+}
