@@ -437,8 +437,8 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     ibv_srq_init_attr srq_attr = {};
     srq_attr.attr.max_wr       = config.rx_queue_len;
     srq_attr.attr.max_sge      = 1;
-    srq_ = ibv_create_srq(md->pd(), &srq_attr);
-    if (srq_ == nullptr) {
+    srq_.reset(ibv_create_srq(md->pd(), &srq_attr));
+    if (!srq_) {
         throw_errno("ibv_create_srq(" + resource_name_ + ")", errno);
     }
 
@@ -462,7 +462,7 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     shape.pd              = md->pd();
     shape.send_cq         = send_cq_.get();
     shape.recv_cq         = recv_cq_.get();
-    shape.srq             = srq_;
+    shape.srq             = srq_.get();
     shape.max_send_wr     = config.tx_queue_len;
     shape.max_send_sge    = max_send_sge_;
     shape.max_inline_data = static_cast<uint32_t>(std::min<size_t>(config.max_inline, 1024));
@@ -544,10 +544,8 @@ Iface::~Iface()
     UCS_ASYNC_UNBLOCK(async_);
     listener_.reset();
     uct_base_iface_progress_disable(handle(), UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
-    /* every QP using the SRQ is gone with the passive connections and eps */
-    if (srq_ != nullptr) {
-        ibv_destroy_srq(srq_);
-    }
+    /* every QP using the SRQ is gone with the passive connections and eps;
+     * the SRQ, pools and CQs go with the members */
     UCS_CLASS_CLEANUP(uct_base_iface_t, &handle_.super);
 }
 
@@ -715,7 +713,7 @@ void Iface::post_rx(uint8_t *buf)
     wr.sg_list           = &sge;
     wr.num_sge           = 1;
     ibv_recv_wr *bad     = nullptr;
-    const int ret        = ibv_post_srq_recv(srq_, &wr, &bad);
+    const int ret        = ibv_post_srq_recv(srq_.get(), &wr, &bad);
     if (ret != 0) {
         ucs_error("xqp: %s: ibv_post_srq_recv: %s", resource_name_.c_str(), strerror(ret));
         rx_pool_->put(buf);

@@ -184,9 +184,10 @@ private:
     verbs::CompChannel  comp_channel_;
     verbs::Cq           send_cq_;
     verbs::Cq           recv_cq_;
-    ibv_srq            *srq_ = nullptr;
     std::unique_ptr<BufferPool> tx_pool_;
     std::unique_ptr<BufferPool> rx_pool_;
+    /* after the pools: destroyed first, with receive buffers still posted */
+    verbs::Srq          srq_;
     std::vector<TxOp>   ops_;
     TxOp               *free_ops_ = nullptr;
     /* completions event_arm polled early: (from the receive CQ, wc) */

@@ -37,6 +37,9 @@ struct PdDeleter {
 struct CqDeleter {
     void operator()(ibv_cq *cq) const noexcept { ibv_destroy_cq(cq); }
 };
+struct SrqDeleter {
+    void operator()(ibv_srq *srq) const noexcept { ibv_destroy_srq(srq); }
+};
 struct CompChannelDeleter {
     void operator()(ibv_comp_channel *ch) const noexcept { ibv_destroy_comp_channel(ch); }
 };
@@ -46,6 +49,7 @@ using CmDeviceList = std::unique_ptr<ibv_context *, CmDeviceListDeleter>;
 using Pd           = std::unique_ptr<ibv_pd, PdDeleter>;
 using Cq           = std::unique_ptr<ibv_cq, CqDeleter>;
 using CompChannel  = std::unique_ptr<ibv_comp_channel, CompChannelDeleter>;
+using Srq          = std::unique_ptr<ibv_srq, SrqDeleter>;
 using Context      = std::unique_ptr<ibv_context, ContextDeleter>;
 using EventChannel = std::unique_ptr<rdma_event_channel, EventChannelDeleter>;
 using CmId         = std::unique_ptr<rdma_cm_id, CmIdDeleter>;
