@@ -32,6 +32,9 @@ extern "C" {
 #include <ucs/config/parser.h>
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
+#include <ucs/memory/rcache.h>
+#include <ucs/sys/sys.h>
+#include <ucm/api/ucm.h>
 #include <ucs/sys/compiler.h>
 #include <ucs/sys/string.h>
 #include <ucs/sys/topo/base/topo.h>

@@ -319,7 +319,7 @@ static ucs_status_t iov_to_sge(const uct_iov_t *iov, size_t iovcnt, ibv_sge *sge
         ibv_sge &s = sge[(*num_sge)++];
         s.addr     = reinterpret_cast<uintptr_t>(iov[i].buffer);
         s.length   = static_cast<uint32_t>(length);
-        s.lkey     = static_cast<ibv_mr *>(iov[i].memh)->lkey;
+        s.lkey     = static_cast<md::Memh *>(iov[i].memh)->mr->lkey;
         *total    += length;
     }
     return UCS_OK;

@@ -4,8 +4,11 @@
 #include "verbs/discovery.h"
 
 #include <cerrno>
+#include <climits>
+#include <cstdio>
 #include <cstring>
 #include <map>
+#include <new>
 #include <memory>
 #include <mutex>
 
@@ -24,6 +27,16 @@ ucs_config_field_t config_table[] = {
      " auto - use it when the device's locality can be found, else the whole machine\n"
      " off  - report the whole machine",
      ucs_offsetof(Config, locality), UCS_CONFIG_TYPE_ENUM(locality_names)},
+
+    {"RCACHE", "try",
+     "Registration cache: keep memory registered after uct_md_mem_dereg and\n"
+     "reuse it for the same pages (invalidated when they are unmapped):\n"
+     " yes - use it, fail when it cannot be created\n"
+     " try - use it when it can be created\n"
+     " no  - register and deregister every time (access rights exactly as\n"
+     "       requested; cached regions carry every access right because they\n"
+     "       are shared between registrations)",
+     ucs_offsetof(Config, rcache), UCS_CONFIG_TYPE_TERNARY},
 
     {"TOPO_XML", "",
      "Read the topology from this hwloc XML file instead of the live machine\n"
@@ -71,24 +84,57 @@ int access_flags(unsigned uct_flags)
     return flags;
 }
 
+static ibv_mr *register_mr(MemoryDomain *md, void *address, size_t length, int access,
+                           bool silent)
+{
+    ibv_mr *mr = ibv_reg_mr(md->pd(), address, length, access);
+    if ((mr == nullptr) && !silent) {
+        ucs_error("xqp: ibv_reg_mr(%p, %zu) on %s failed: %m", address, length,
+                  md->device_name().c_str());
+    }
+    return mr;
+}
+
 static ucs_status_t md_mem_reg(uct_md_h md, void *address, size_t length, unsigned flags,
                                uct_mem_h *memh_p)
 {
     auto *self = MemoryDomain::from(md);
-    ibv_mr *mr = ibv_reg_mr(self->pd(), address, length, access_flags(flags));
+    if (self->rcache() != nullptr) {
+        ucs_rcache_region_t *region;
+        const ucs_status_t status = ucs_rcache_get(self->rcache(), address, length,
+                                                   PROT_READ | PROT_WRITE, &flags, &region);
+        if (status != UCS_OK) {
+            return status;
+        }
+        *memh_p = &reinterpret_cast<RcacheRegion *>(region)->memh;
+        return UCS_OK;
+    }
+    ibv_mr *mr = register_mr(self, address, length, access_flags(flags),
+                             flags & UCT_MD_MEM_FLAG_HIDE_ERRORS);
     if (mr == nullptr) {
-        uct_md_log_mem_reg_error(flags, "xqp: ibv_reg_mr(%p, %zu) on %s failed: %m", address,
-                                 length, self->device_name().c_str());
         return UCS_ERR_IO_ERROR;
     }
-    *memh_p = mr;
+    *memh_p = new (std::nothrow) Memh{mr};
+    if (*memh_p == nullptr) {
+        ibv_dereg_mr(mr);
+        return UCS_ERR_NO_MEMORY;
+    }
     return UCS_OK;
 }
 
-static ucs_status_t md_mem_dereg(uct_md_h, const uct_md_mem_dereg_params_t *params)
+static ucs_status_t md_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
 {
     UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
-    const int ret = ibv_dereg_mr(static_cast<ibv_mr *>(params->memh));
+    auto *self = MemoryDomain::from(md);
+    auto *memh = static_cast<Memh *>(params->memh);
+    if (self->rcache() != nullptr) {
+        auto *region = reinterpret_cast<RcacheRegion *>(reinterpret_cast<char *>(memh) -
+                                                        offsetof(RcacheRegion, memh));
+        ucs_rcache_region_put(self->rcache(), &region->super);
+        return UCS_OK;
+    }
+    const int ret = ibv_dereg_mr(memh->mr);
+    delete memh;
     if (ret != 0) {
         ucs_error("xqp: ibv_dereg_mr: %s", strerror(ret));
         return UCS_ERR_IO_ERROR;
@@ -99,9 +145,48 @@ static ucs_status_t md_mem_dereg(uct_md_h, const uct_md_mem_dereg_params_t *para
 static ucs_status_t md_mkey_pack(uct_md_h, uct_mem_h memh, const uct_md_mkey_pack_params_t *,
                                  void *rkey_buffer)
 {
-    pack_rkey(static_cast<ibv_mr *>(memh)->rkey, rkey_buffer);
+    pack_rkey(static_cast<Memh *>(memh)->mr->rkey, rkey_buffer);
     return UCS_OK;
 }
+
+/* registration cache callbacks: a cached region is shared by later
+ * registrations of the same pages, whatever access they ask for */
+static ucs_status_t rcache_mem_reg(void *context, ucs_rcache_t *, void *arg,
+                                   ucs_rcache_region_t *rregion, uint16_t rcache_flags)
+{
+    auto *md     = static_cast<MemoryDomain *>(context);
+    auto *region = reinterpret_cast<RcacheRegion *>(rregion);
+    const unsigned uct_flags = *static_cast<unsigned *>(arg);
+    const bool silent = (rcache_flags & UCS_RCACHE_MEM_REG_HIDE_ERRORS) ||
+                        (uct_flags & UCT_MD_MEM_FLAG_HIDE_ERRORS);
+    region->memh.mr = register_mr(md, reinterpret_cast<void *>(rregion->super.start),
+                                  rregion->super.end - rregion->super.start,
+                                  access_flags(UCT_MD_MEM_ACCESS_ALL), silent);
+    return (region->memh.mr != nullptr) ? UCS_OK : UCS_ERR_IO_ERROR;
+}
+
+static void rcache_mem_dereg(void *, ucs_rcache_t *, ucs_rcache_region_t *rregion)
+{
+    auto *region = reinterpret_cast<RcacheRegion *>(rregion);
+    if (region->memh.mr != nullptr) {
+        ibv_dereg_mr(region->memh.mr);
+        region->memh.mr = nullptr;
+    }
+}
+
+static void rcache_dump_region(void *, ucs_rcache_t *, ucs_rcache_region_t *rregion, char *buf,
+                               size_t max)
+{
+    const auto *region = reinterpret_cast<RcacheRegion *>(rregion);
+    std::snprintf(buf, max, "lkey 0x%x rkey 0x%x", region->memh.mr ? region->memh.mr->lkey : 0,
+                  region->memh.mr ? region->memh.mr->rkey : 0);
+}
+
+static const ucs_rcache_ops_t rcache_ops = {
+    rcache_mem_reg,
+    rcache_mem_dereg,
+    rcache_dump_region,
+};
 
 void pack_rkey(uint32_t rkey, void *buffer)
 {
@@ -223,6 +308,39 @@ MemoryDomain::MemoryDomain(uct_component_t *component, const std::string &device
         std::memset(&local_cpus_, 0xff, sizeof(local_cpus_));
     }
     ucs_debug("xqp: locality %s", topo::format_line(locality_).c_str());
+
+    if (config.rcache != UCS_NO) {
+        ucs_rcache_params_t params = {};
+        params.region_struct_size  = sizeof(RcacheRegion);
+        params.alignment           = ucs_get_page_size();
+        params.max_alignment       = ucs_get_page_size();
+        params.ucm_events          = UCM_EVENT_VM_UNMAPPED | UCM_EVENT_MEM_TYPE_FREE;
+        params.ucm_event_priority  = 1000;
+        params.ops                 = &rcache_ops;
+        params.context             = this;
+        params.flags               = UCS_RCACHE_FLAG_PURGE_ON_FORK;
+        params.max_regions         = ULONG_MAX;
+        params.max_size            = SIZE_MAX;
+        params.max_unreleased      = SIZE_MAX;
+        const std::string name     = "xqp_" + device_name;
+        const ucs_status_t status  = ucs_rcache_create(&params, name.c_str(), nullptr, &rcache_);
+        if (status != UCS_OK) {
+            rcache_ = nullptr;
+            if (config.rcache == UCS_YES) {
+                throw Error(status, "UCX_XQP_RCACHE=yes but the registration cache cannot be "
+                                    "created: " + std::string(ucs_status_string(status)));
+            }
+            ucs_debug("xqp: %s: no registration cache (%s); registering directly",
+                      device_name.c_str(), ucs_status_string(status));
+        }
+    }
+}
+
+MemoryDomain::~MemoryDomain()
+{
+    if (rcache_ != nullptr) {
+        ucs_rcache_destroy(rcache_);
+    }
 }
 
 void MemoryDomain::query(compat::md_attr_t *attr) const

@@ -15,6 +15,7 @@ namespace xqp::md {
 /* UCX_XQP_* memory domain options */
 struct Config {
     uct_md_config_t super;
+    int             rcache;    /* UCX_XQP_RCACHE: ucs_ternary_auto_value_t */
     char           *topo_xml;  /* UCX_XQP_TOPO_XML: hwloc XML instead of the live topology */
     int             locality;  /* UCX_XQP_LOCALITY: Locality */
 };
@@ -22,6 +23,17 @@ struct Config {
 enum Locality { LOCALITY_OFF, LOCALITY_AUTO, LOCALITY_LAST };
 
 extern ucs_config_field_t config_table[];
+
+/* What a uct_mem_h of xqp points to. */
+struct Memh {
+    ibv_mr *mr;
+};
+
+/* A region of the registration cache, holding its registration. */
+struct RcacheRegion {
+    ucs_rcache_region_t super;
+    Memh                memh;
+};
 
 class MemoryDomain {
 public:
@@ -33,6 +45,9 @@ public:
 
     MemoryDomain(uct_component_t *component, const std::string &device_name,
                  const Config &config);
+    ~MemoryDomain();
+    MemoryDomain(const MemoryDomain &) = delete;
+    MemoryDomain &operator=(const MemoryDomain &) = delete;
 
     static MemoryDomain *from(uct_md_h md)
     {
@@ -43,6 +58,7 @@ public:
     const std::string &device_name() const { return device_name_; }
     ibv_context *context() const { return context_; }
     ibv_pd *pd() const { return pd_.get(); }
+    ucs_rcache_t *rcache() const { return rcache_; }
 
     void query(compat::md_attr_t *attr) const;
 
@@ -59,6 +75,7 @@ private:
     topo::DeviceLocality locality_;
     ucs_sys_device_t   sys_device_;
     ucs_cpu_set_t      local_cpus_;
+    ucs_rcache_t      *rcache_ = nullptr; /* registration cache, or direct registration */
 };
 
 /* A packed remote key: a tag (so that foreign or corrupt keys are refused)

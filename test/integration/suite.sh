@@ -100,6 +100,12 @@ test_datapath() (
     XQP_EXPECT_DEVICE=$DEV "$RUN" "$TESTS/xqp_datapath_tests" --gtest_brief=1
 )
 
+test_datapath_without_rcache() (
+    need_device
+    UCX_XQP_RCACHE=no XQP_EXPECT_DEVICE=$DEV "$RUN" "$TESTS/xqp_datapath_tests" --gtest_brief=1 \
+        --gtest_filter='*_8B*:*_64KiB*:Datapath.*:Atomics.*'
+)
+
 test_dlopen_installed_plugin() (
     "$TESTS/xqp_dlopen_test" "$XQP_PLUGIN"
 )
@@ -493,6 +499,7 @@ run_test "silent peer: connect timeout -> unreachable, bounded, no leaks" test_r
 run_test "ECE reject (16 endpoints) while other traffic runs" test_ece_reject_under_load
 run_test "bad UCX_XQP_* values give errors naming the variable" test_bad_config_values_are_named
 run_test "data path: RMA, AM, atomics, flush/fence, pending, sizes 1 B..4 MiB (gtest)" test_datapath
+run_test "data path with direct registration (UCX_XQP_RCACHE=no)" test_datapath_without_rcache
 run_test "ucx_perftest UCT: put/get/am/atomics over xqp, one-sided and loopback" test_uct_perftest
 run_test "ucx_perftest UCP with UCX_TLS=xqp: tag/rma/amo/stream/am" test_ucp_over_xqp_only
 run_test "UCP event-driven progress (-E sleep) over xqp" test_ucp_event_driven

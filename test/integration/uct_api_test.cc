@@ -352,3 +352,32 @@ TEST_F(XqpLocality, MalformedLocalityValueIsAnError)
     uct_md_config_t *config = nullptr;
     EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_md_config_read(component_, nullptr, nullptr, &config));
 }
+
+/* The registration cache: with it the same pages share one registration;
+ * without it every registration is its own. */
+TEST_F(XqpDevice, RegistrationCacheSharesRegistrations)
+{
+    std::vector<char> buffer(64 * 1024);
+    for (const char *mode : {"yes", "no"}) {
+        setenv("UCX_XQP_RCACHE", mode, 1);
+        ucs_status_t status;
+        uct_md_h md = open_md(device_, &status);
+        unsetenv("UCX_XQP_RCACHE");
+        ASSERT_EQ(UCS_OK, status) << mode;
+        uct_mem_h a = nullptr, b = nullptr;
+        ASSERT_EQ(UCS_OK, uct_md_mem_reg(md, buffer.data(), buffer.size(), UCT_MD_MEM_ACCESS_ALL, &a));
+        ASSERT_EQ(UCS_OK, uct_md_mem_reg(md, buffer.data() + 4096, 4096, UCT_MD_MEM_ACCESS_ALL, &b));
+        if (std::string(mode) == "yes") {
+            EXPECT_EQ(a, b) << "the cached region covering the pages is reused";
+        } else {
+            EXPECT_NE(a, b);
+        }
+        std::vector<uint8_t> ka(8), kb(8);
+        ASSERT_EQ(UCS_OK, uct_md_mkey_pack(md, a, ka.data()));
+        ASSERT_EQ(UCS_OK, uct_md_mkey_pack(md, b, kb.data()));
+        EXPECT_EQ(std::string(mode) == "yes", ka == kb) << mode;
+        EXPECT_EQ(UCS_OK, uct_md_mem_dereg(md, b));
+        EXPECT_EQ(UCS_OK, uct_md_mem_dereg(md, a));
+        uct_md_close(md);
+    }
+}
