@@ -128,6 +128,63 @@ Offer make_offer(const EcePolicy &policy, const ProviderEce &local)
     return offer;
 }
 
+/*
+ * One side's agreement with its peer, the same rules in both directions:
+ * no peer ECE, a vendor mismatch (24 bits), required options not agreed.
+ * no_peer names the missing peer ECE; context ends the missing-options text.
+ */
+namespace {
+
+struct Agreement {
+    bool        ok = true;
+    Ece         ece;
+    uint32_t    missing = 0;
+    std::string reason;
+};
+
+Agreement agree(const EcePolicy &policy, const Ece &peer, const Ece &mine, uint32_t mask,
+                const std::string &no_peer, const std::string &context)
+{
+    Agreement a;
+    if (!peer.present()) {
+        if (strict(policy)) {
+            a.ok      = false;
+            a.missing = policy.required;
+            a.reason  = no_peer + ", required options " + hex(policy.required) + " missing";
+        } else {
+            a.reason = no_peer;
+        }
+        return a;
+    }
+
+    if (!same_vendor(peer.vendor_id, mine.vendor_id)) {
+        const std::string text = "ece vendor mismatch: peer " + hex(peer.vendor_id) +
+                                 ", local " + hex(mine.vendor_id);
+        if (strict(policy)) {
+            a.ok      = false;
+            a.missing = policy.required;
+            a.reason  = text + " but UCX_XQP_ECE=on requires options " + hex(policy.required);
+        } else {
+            a.reason = text;
+        }
+        return a;
+    }
+
+    const uint32_t agreed  = peer.options & mine.options & mask;
+    const uint32_t missing = policy.required & ~agreed;
+    if ((policy.mode == EceMode::On) && (missing != 0)) {
+        a.ok      = false;
+        a.missing = missing;
+        a.reason  = describe_missing(policy.required, agreed) + context;
+        return a;
+    }
+
+    a.ece = {mine.vendor_id, agreed};
+    return a;
+}
+
+} // namespace
+
 PassiveDecision decide_request(const EcePolicy &policy, const ProviderEce &local,
                                const Ece &remote)
 {
@@ -138,59 +195,35 @@ PassiveDecision decide_request(const EcePolicy &policy, const ProviderEce &local
         return d;
     }
 
-    if (!remote.present()) {
-        if (strict(policy)) {
-            d.accept  = false;
-            d.missing = policy.required;
-            d.reason  = "peer sent no ece, required options " +
-                       hex(policy.required) + " missing";
-        } else {
-            d.reason = "peer sent no ece";
+    /* what the peer sent is judged before what the local provider has */
+    if (remote.present()) {
+        std::string why;
+        const Ece   base = local_base(policy, local, &why);
+        if (!base.present()) {
+            if (strict(policy)) {
+                d.accept  = false;
+                d.missing = policy.required;
+                d.reason  = "local " + why + " but UCX_XQP_ECE=on requires options " +
+                           hex(policy.required);
+            } else {
+                d.reason = why;
+            }
+            return d;
         }
+        const Agreement a = agree(policy, remote, base, policy.desired | policy.required,
+                                  "peer sent no ece",
+                                  " (peer " + to_string(remote) + ", local " + to_string(base) + ")");
+        d.accept  = a.ok;
+        d.to_qp   = a.ece;
+        d.missing = a.missing;
+        d.reason  = a.reason;
         return d;
     }
 
-    std::string why;
-    const Ece   base = local_base(policy, local, &why);
-    if (!base.present()) {
-        if (strict(policy)) {
-            d.accept  = false;
-            d.missing = policy.required;
-            d.reason  = "local " + why + " but UCX_XQP_ECE=on requires options " +
-                       hex(policy.required);
-        } else {
-            d.reason = why;
-        }
-        return d;
-    }
-
-    if (!same_vendor(remote.vendor_id, base.vendor_id)) {
-        const std::string text = "ece vendor mismatch: peer " +
-                                 hex(remote.vendor_id) + ", local " +
-                                 hex(base.vendor_id);
-        if (strict(policy)) {
-            d.accept  = false;
-            d.missing = policy.required;
-            d.reason  = text + " but UCX_XQP_ECE=on requires options " +
-                       hex(policy.required);
-        } else {
-            d.reason = text;
-        }
-        return d;
-    }
-
-    const uint32_t agreed  = remote.options & base.options &
-                             (policy.desired | policy.required);
-    const uint32_t missing = policy.required & ~agreed;
-    if ((policy.mode == EceMode::On) && (missing != 0)) {
-        d.accept  = false;
-        d.missing = missing;
-        d.reason  = describe_missing(policy.required, agreed) + " (peer " +
-                   to_string(remote) + ", local " + to_string(base) + ")";
-        return d;
-    }
-
-    d.to_qp = {base.vendor_id, agreed};
+    const Agreement a = agree(policy, remote, Ece{}, 0, "peer sent no ece", "");
+    d.accept  = a.ok;
+    d.missing = a.missing;
+    d.reason  = a.reason;
     return d;
 }
 
@@ -218,45 +251,14 @@ ActiveDecision decide_response(const EcePolicy &policy, const Offer &sent,
         return d;
     }
 
-    if (!reply.present()) {
-        if (strict(policy)) {
-            d.ok      = false;
-            d.missing = policy.required;
-            d.reason  = "peer did not negotiate ece, required options " +
-                       hex(policy.required) + " missing";
-        } else {
-            d.reason = "peer did not negotiate ece";
-        }
-        return d;
-    }
-
-    if (!same_vendor(reply.vendor_id, sent.ece.vendor_id)) {
-        const std::string text = "ece vendor mismatch: peer " +
-                                 hex(reply.vendor_id) + ", local " +
-                                 hex(sent.ece.vendor_id);
-        if (strict(policy)) {
-            d.ok      = false;
-            d.missing = policy.required;
-            d.reason  = text + " but UCX_XQP_ECE=on requires options " +
-                       hex(policy.required);
-        } else {
-            d.reason = text;
-        }
-        return d;
-    }
-
-    /* the peer cannot enable options we did not offer */
-    const uint32_t agreed  = reply.options & sent.ece.options;
-    const uint32_t missing = policy.required & ~agreed;
-    if ((policy.mode == EceMode::On) && (missing != 0)) {
-        d.ok      = false;
-        d.missing = missing;
-        d.reason  = describe_missing(policy.required, agreed) + " (sent " +
-                   to_string(sent.ece) + ", peer replied " + to_string(reply) + ")";
-        return d;
-    }
-
-    d.to_qp = {sent.ece.vendor_id, agreed};
+    /* the peer cannot enable options we did not offer (sent.ece is masked) */
+    const Agreement a = agree(policy, reply, sent.ece, 0xffffffffu, "peer did not negotiate ece",
+                              " (sent " + to_string(sent.ece) + ", peer replied " +
+                                      to_string(reply) + ")");
+    d.ok      = a.ok;
+    d.to_qp   = a.ece;
+    d.missing = a.missing;
+    d.reason  = a.reason;
     return d;
 }
 
