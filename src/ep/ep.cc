@@ -351,8 +351,7 @@ ucs_status_t Endpoint::put_short(const void *buffer, unsigned length, uint64_t r
     return post(&wr, iface_->get_op());
 }
 
-ssize_t Endpoint::put_bcopy(uct_pack_callback_t pack_cb, void *arg, uint64_t remote_addr,
-                            uct_rkey_t rkey)
+ssize_t Endpoint::bcopy(uct_pack_callback_t pack_cb, void *arg, ibv_send_wr *wr)
 {
     ucs_status_t status = tx_check();
     if (ucs_unlikely(status != UCS_OK)) {
@@ -365,14 +364,20 @@ ssize_t Endpoint::put_bcopy(uct_pack_callback_t pack_cb, void *arg, uint64_t rem
     const size_t length = pack_cb(buf, arg);
     iface::TxOp *op     = iface_->get_op();
     op->buf             = buf;
-    ibv_sge sge    = {reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(length),
-                      iface_->tx_pool().lkey()};
-    ibv_send_wr wr = {};
-    wr.sg_list     = &sge;
-    wr.num_sge     = 1;
-    set_rdma(wr, IBV_WR_RDMA_WRITE, remote_addr, rkey);
-    status = post(&wr, op);
+    ibv_sge sge = {reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(length),
+                   iface_->tx_pool().lkey()};
+    wr->sg_list = &sge;
+    wr->num_sge = 1;
+    status      = post(wr, op);
     return (status == UCS_OK) ? static_cast<ssize_t>(length) : static_cast<ssize_t>(status);
+}
+
+ssize_t Endpoint::put_bcopy(uct_pack_callback_t pack_cb, void *arg, uint64_t remote_addr,
+                            uct_rkey_t rkey)
+{
+    ibv_send_wr wr = {};
+    set_rdma(wr, IBV_WR_RDMA_WRITE, remote_addr, rkey);
+    return bcopy(pack_cb, arg, &wr);
 }
 
 ucs_status_t Endpoint::rdma_zcopy(ibv_wr_opcode opcode, const uct_iov_t *iov, size_t iovcnt,
@@ -506,25 +511,9 @@ ucs_status_t Endpoint::am_short_iov(uint8_t id, const uct_iov_t *iov, size_t iov
 
 ssize_t Endpoint::am_bcopy(uint8_t id, uct_pack_callback_t pack_cb, void *arg)
 {
-    ucs_status_t status = tx_check();
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
-    uint8_t *buf = iface_->tx_pool().get();
-    if (ucs_unlikely(buf == nullptr)) {
-        return UCS_ERR_NO_RESOURCE;
-    }
-    const size_t length = pack_cb(buf, arg);
-    iface::TxOp *op     = iface_->get_op();
-    op->buf             = buf;
-    ibv_sge sge    = {reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(length),
-                      iface_->tx_pool().lkey()};
     ibv_send_wr wr = {};
-    wr.sg_list     = &sge;
-    wr.num_sge     = 1;
     set_send(wr, id);
-    status = post(&wr, op);
-    return (status == UCS_OK) ? static_cast<ssize_t>(length) : static_cast<ssize_t>(status);
+    return bcopy(pack_cb, arg, &wr);
 }
 
 ucs_status_t Endpoint::am_zcopy(uint8_t id, const void *header, unsigned header_length,

@@ -100,6 +100,8 @@ private:
     /* posts wr (signaled) with op as its completion context */
     ucs_status_t post(ibv_send_wr *wr, iface::TxOp *op);
     void fail_datapath(ucs_status_t status);
+    /* packs into a bounce buffer and posts wr (opcode set by the caller) */
+    ssize_t bcopy(uct_pack_callback_t pack_cb, void *arg, ibv_send_wr *wr);
     /* RDMA WRITE / READ of registered iov entries */
     ucs_status_t rdma_zcopy(ibv_wr_opcode opcode, const uct_iov_t *iov, size_t iovcnt,
                             uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp);
