@@ -346,16 +346,31 @@ test_peer_killed_mid_transfer() (
 
 test_bad_config_values_are_named() (
     need_device
+    # values xqp checks itself: "invalid UCX_XQP_<NAME>='<value>': <why>"
     for bad in UCX_XQP_ECE_LOCAL=0:1 UCX_XQP_ECE_LOCAL=banana UCX_XQP_ECE_REQUIRED=0x1ffffffff \
-               UCX_XQP_ECE_DESIRED=-1 UCX_XQP_TX_QUEUE_LEN=0; do
+               UCX_XQP_ECE_REQUIRED=bits UCX_XQP_ECE_DESIRED=-1 UCX_XQP_TX_QUEUE_LEN=0 \
+               UCX_XQP_TX_QUEUE_LEN=99999 UCX_XQP_RX_QUEUE_LEN=3 UCX_XQP_SEG_SIZE=100 \
+               UCX_XQP_CONNECT_TIMEOUT=0s UCX_XQP_ADDR_RESOLVE_TIMEOUT=0s \
+               UCX_XQP_ROUTE_RESOLVE_TIMEOUT=0s; do
         var=${bad%%=*}
         out=$(env "$bad" "$RUN" ucx_info -d 2>&1)
-        echo "$out" | grep "$var" || { echo "no error naming $var for $bad"; exit 1; }
-        echo "$out" | grep -q "invalid $var=" || exit 1
+        echo "$out" | grep "invalid $var=" || { echo "no error naming $var for $bad"; exit 1; }
     done
-    # enumerations are parsed by UCX itself, which names the option
-    out=$(env UCX_XQP_ECE=sometimes "$RUN" ucx_info -d 2>&1)
-    echo "$out" | grep "Invalid value for ECE: 'sometimes'" || { echo "no error naming ECE"; exit 1; }
+    # values UCX's parser refuses: it names the option
+    for bad in UCX_XQP_ECE=sometimes UCX_XQP_LOCALITY=sometimes UCX_XQP_RCACHE=perhaps \
+               UCX_XQP_CONNECT_RETRIES=many UCX_XQP_MAX_INLINE=lots UCX_XQP_MAX_NUM_EPS=x \
+               UCX_XQP_CONNECT_TIMEOUT=soon UCX_XQP_SEG_SIZE=big; do
+        var=${bad%%=*}
+        val=${bad#*=}
+        out=$(env "$bad" "$RUN" ucx_info -d 2>&1)
+        echo "$out" | grep "Invalid value for ${var#UCX_XQP_}: '$val'" ||
+            { echo "no error naming ${var#UCX_XQP_} for $bad"; exit 1; }
+    done
+    # a topology file that cannot be read is a warning naming the variable:
+    # locality is an optimisation, the transport still works
+    out=$(env UCX_XQP_TOPO_XML=/nonexistent.xml "$RUN" ucx_info -d 2>&1)
+    echo "$out" | grep "UCX_XQP_TOPO_XML: cannot load topology xml '/nonexistent.xml'" || exit 1
+    echo "$out" | grep -q "Transport: xqp"
 )
 
 # ---------------------------------------------------------------- data path
