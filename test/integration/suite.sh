@@ -133,7 +133,7 @@ test_ucp_unaffected_by_plugin() (
     port=$((20000 + RANDOM % 10000))
     timeout 120 "$RUN" ucx_perftest -p "$port" > "$WORK/server.txt" 2>&1 &
     server=$!
-    sleep 3
+    wait_listen "$port"
     rc=0
     timeout 120 "$RUN" ucx_perftest "$OOB_HOST" -p "$port" -t tag_lat -n 200 -s 8 || rc=$?
     wait "$server" || rc=$?
@@ -281,9 +281,9 @@ test_ece_reject_under_load() (
     "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.a" --serve 40 > "$d.bg.server" 2>&1 &
     bgs=$!
     "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" --eps 1 --stream 25 \
-        > "$d.bg.client" 2>&1 &
+        --ready-file "$d.bgready" > "$d.bg.client" 2>&1 &
     bgc=$!
-    sleep 3
+    for _ in $(seq 600); do [ -e "$d.bgready" ] && break; sleep 0.1; done
     rc=0
     run_pair loadreject "UCX_XQP_ECE=on UCX_XQP_ECE_REQUIRED=0x2 UCX_XQP_ECE_LOCAL=0x15b3:0x3" \
         "--expect-passive 16" "UCX_XQP_ECE_LOCAL=0x15b3:0x1" "--eps 16 --expect rejected --check-leaks" || rc=$?
@@ -330,13 +330,15 @@ test_peer_killed_mid_transfer() (
     victim=$!
     "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.c" --serve 60 --expect-passive 1 > "$d.second" 2>&1 &
     second=$!
-    # kill the peer (SIGKILL) while the client streams to it
-    ( sleep 6; kill -9 "$victim" ) &
+    # kill the peer (SIGKILL) once the client streams to it
+    ( for _ in $(seq 600); do [ -e "$d.ready" ] && break; sleep 0.1; done
+      sleep 2; kill -9 "$victim" ) &
     killer=$!
     start=$SECONDS
     rc=0
     "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" --eps 1 \
-        --stream 60 --expect-peer-failure --reconnect-to "$d.c" --timeout 90 || rc=$?
+        --stream 60 --ready-file "$d.ready" --expect-peer-failure --reconnect-to "$d.c" \
+        --timeout 90 || rc=$?
     took=$((SECONDS - start))
     wait "$killer"; wait "$victim" 2>/dev/null
     kill "$second" 2>/dev/null; wait "$second" 2>/dev/null
@@ -374,6 +376,15 @@ test_bad_config_values_are_named() (
 )
 
 # ---------------------------------------------------------------- data path
+# wait_listen PORT: until a TCP listener is on PORT (at most 60 s)
+wait_listen() {
+    for _ in $(seq 300); do
+        ss -ltnH "sport = :$1" 2>/dev/null | grep -q . && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
 # perf_pair ENV ARGS...: ucx_perftest server + client through xqp-run
 perf_pair() {
     local envs=$1
@@ -383,7 +394,7 @@ perf_pair() {
     env $envs UCX_WARN_UNUSED_ENV_VARS=n timeout 180 "$RUN" ucx_perftest -p "$port" ${PERF_SERVER_ARGS:-} \
         > "$WORK/perf.server" 2>&1 &
     local server=$!
-    sleep 2
+    wait_listen "$port"
     # shellcheck disable=SC2086
     env $envs UCX_WARN_UNUSED_ENV_VARS=n timeout 180 "$RUN" ucx_perftest "$OOB_HOST" -p "$port" "$@" \
         > "$WORK/perf.client" 2>&1 || rc=$?
@@ -463,14 +474,13 @@ test_device_removal_while_connected() (
     rm -f "$d".*
     "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.a" --serve 60 > "$d.server" 2>&1 &
     server=$!
-    # remove the device once the client streams (its address file appears
-    # when it starts; connecting takes a few seconds under emulation)
-    ( while [ ! -e "$d.b" ]; do sleep 0.2; done; sleep 8
+    # remove the device once the client streams
+    ( for _ in $(seq 600); do [ -e "$d.ready" ] && break; sleep 0.1; done; sleep 2
       echo "rdma link delete $DEV"; timeout 60 rdma link delete "$DEV"; echo "delete rc=$?" ) &
     remover=$!
     rc=0
     "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" --eps 1 --stream 60 \
-        --expect-peer-failure --timeout 90 > "$d.client" 2>&1 || rc=$?
+        --ready-file "$d.ready" --expect-peer-failure --timeout 90 > "$d.client" 2>&1 || rc=$?
     wait "$remover"
     src=0
     wait "$server" || src=$?

@@ -29,6 +29,7 @@
  *                                 handler called, operations return the
  *                                 error) and a new endpoint to --reconnect-to
  *                                 FILE must then connect
+ *   --ready-file FILE             with --stream: touched when the stream starts
  *   --serve SECONDS               count received active messages for SECONDS
  *   --storm CYCLES                create --eps endpoints, wait until all are
  *                                 connected, destroy them; CYCLES times. QP,
@@ -69,7 +70,7 @@ struct Options {
     double      stream = 0, serve = 0;
     unsigned    storm = 0;
     bool        expect_peer_failure = false;
-    std::string reconnect_to;
+    std::string reconnect_to, ready_file;
 };
 
 [[noreturn]] void die(const std::string &msg)
@@ -266,6 +267,7 @@ int main(int argc, char **argv)
         else if (a == "--serve") opt.serve = std::stod(next());
         else if (a == "--expect-peer-failure") opt.expect_peer_failure = true;
         else if (a == "--reconnect-to") opt.reconnect_to = next();
+        else if (a == "--ready-file") opt.ready_file = next();
         else if (a == "--pending") opt.pending = true;
         else if (a == "--check-leaks") opt.check_leaks = true;
         else die("unknown option " + a);
@@ -511,6 +513,9 @@ int main(int argc, char **argv)
     }
 
     if ((opt.stream > 0) && !eps.empty()) {
+        if (!opt.ready_file.empty()) {
+            touch(opt.ready_file);
+        }
         /* send until the peer goes away (or the time is up) */
         const auto stream_end = clock_type::now() + std::chrono::duration<double>(opt.stream);
         unsigned long sent    = 0;
