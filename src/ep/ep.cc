@@ -153,6 +153,9 @@ unsigned Endpoint::dispatch()
                 ucs_queue_push_head(&pending_, elem);
             }
         }
+        if (!ucs_queue_is_empty(&pending_)) {
+            iface_->wait_for_resources(this);
+        }
     } else if ((state() == State::Failed) && !error_reported_) {
         error_reported_ = true;
         uct_iface_handle_ep_err(iface_->handle(), handle(), fail_status_);
@@ -193,6 +196,7 @@ ucs_status_t Endpoint::pending_add(uct_pending_req_t *req, unsigned)
             return UCS_ERR_BUSY; /* the resources are there: retry now */
         }
         ucs_queue_push(&pending_, pending_elem(req));
+        iface_->wait_for_resources(this);
         return UCS_OK;
     }
     if (state() == State::Failed) {

@@ -824,14 +824,14 @@ unsigned Iface::progress()
     }
     count += (n > 0) ? n : 0;
 
-    if (ucs_unlikely(tx_returned_)) {
-        tx_returned_ = false;
-        for (auto *ep : eps_) {
-            if (ep->has_pending()) {
-                schedule_pending(ep);
-            }
+    if (ucs_unlikely(tx_returned_ && !waiting_.empty())) {
+        /* only endpoints that queued requests for lack of resources */
+        for (auto *ep : waiting_) {
+            schedule_pending(ep);
         }
+        waiting_.clear();
     }
+    tx_returned_ = false;
     if (ucs_unlikely(!ready_.empty())) {
         std::vector<ep::Endpoint *> ready;
         ready.swap(ready_);
@@ -858,10 +858,18 @@ void Iface::schedule_pending(ep::Endpoint *ep)
     }
 }
 
+void Iface::wait_for_resources(ep::Endpoint *ep)
+{
+    if (std::find(waiting_.begin(), waiting_.end(), ep) == waiting_.end()) {
+        waiting_.push_back(ep);
+    }
+}
+
 void Iface::remove_ep(ep::Endpoint *ep)
 {
     eps_.erase(std::remove(eps_.begin(), eps_.end(), ep), eps_.end());
     ready_.erase(std::remove(ready_.begin(), ready_.end(), ep), ready_.end());
+    waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), ep), waiting_.end());
 }
 
 void Iface::drain(ep::Endpoint *ep)

@@ -135,6 +135,8 @@ public:
     void remove_ep(ep::Endpoint *ep);
     /* an endpoint whose pending queue may run now */
     void schedule_pending(ep::Endpoint *ep);
+    /* an endpoint whose pending requests wait for shared tx resources */
+    void wait_for_resources(ep::Endpoint *ep);
     /* polls the send CQ until ep has no work request in flight (or timeout) */
     void drain(ep::Endpoint *ep);
     void get_device_address(uint8_t *addr) const;
@@ -204,6 +206,7 @@ private:
     bool                atomics_     = false;
     std::vector<ep::Endpoint *> eps_;
     std::vector<ep::Endpoint *> ready_;
+    std::vector<ep::Endpoint *> waiting_; /* pending requests, no resources yet */
     bool                tx_returned_ = false; /* shared tx resources came back */
     std::unique_ptr<wireup::RdmaCmOps> cm_;
     wireup::VerbsEceProvider ece_provider_;
