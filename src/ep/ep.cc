@@ -35,30 +35,28 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
     if (status != UCS_OK) {
         throw Error(status, "cannot initialize the base endpoint");
     }
-    UCS_ASYNC_BLOCK(iface_->async());
+    iface::WireupGuard guard(*iface_);
     conn_.connect(dst_);
     iface_->add_ep(this); /* the interface's timer walks its endpoints */
-    UCS_ASYNC_UNBLOCK(iface_->async());
 }
 
 Endpoint::~Endpoint()
 {
-    destroying_ = true;
-    UCS_ASYNC_BLOCK(iface_->async());
-    iface_->remove_ep(this);
-    if (progress_scheduled_) {
-        uct_worker_progress_unregister_safe(iface_->worker(), &progress_id_);
-        progress_scheduled_ = false;
+    {
+        iface::WireupGuard guard(*iface_);
+        destroying_ = true;
+        iface_->remove_ep(this); /* also from the dispatch lists */
+        /* after this no rdma_cm event or timer reaches the connection: the
+         * async thread may run again as soon as the lock is released */
+        conn_.close();
+        /* requests still in flight end with a flush error: collect them before
+         * the QP (owned by conn_) is destroyed */
+        if ((outstanding_ > 0) && (conn_.qp() != nullptr)) {
+            ibv_qp_attr attr = {};
+            attr.qp_state    = IBV_QPS_ERR;
+            ibv_modify_qp(conn_.qp(), &attr, IBV_QP_STATE);
+        }
     }
-    conn_.disconnect();
-    /* requests still in flight end with a flush error: collect them before
-     * the QP (owned by conn_) is destroyed */
-    if ((outstanding_ > 0) && (conn_.qp() != nullptr)) {
-        ibv_qp_attr attr = {};
-        attr.qp_state    = IBV_QPS_ERR;
-        ibv_modify_qp(conn_.qp(), &attr, IBV_QP_STATE);
-    }
-    UCS_ASYNC_UNBLOCK(iface_->async());
     iface_->drain(this);
     for (auto &[sn, comp] : flushes_) {
         uct_invoke_completion(comp, UCS_ERR_CANCELED);
@@ -115,25 +113,13 @@ void Endpoint::on_log(wireup::Connection &, const std::string &line)
 
 void Endpoint::schedule_progress()
 {
-    /* from the async context (blocked): pending requests and error handlers
-     * run in the application's progress. register_safe writes the id under
-     * the async lock, and the callback clears it under the same lock, so the
-     * id is never left pointing at a callback that already ran. */
-    if (!progress_scheduled_) {
-        progress_scheduled_ = true;
-        uct_worker_progress_register_safe(iface_->worker(), progress_cb, this,
-                                          UCS_CALLBACKQ_FLAG_ONESHOT, &progress_id_);
+    /* wireup lock held (async thread, or fail_datapath): pending requests
+     * and error handlers run in the application's progress, which the
+     * interface wakes up once the lock is released (WireupGuard). A dying
+     * endpoint schedules nothing. */
+    if (!destroying_) {
+        iface_->schedule_dispatch(this);
     }
-}
-
-unsigned Endpoint::progress_cb(void *arg)
-{
-    auto *ep = static_cast<Endpoint *>(arg);
-    UCS_ASYNC_BLOCK(ep->iface_->async());
-    ep->progress_id_        = UCS_CALLBACKQ_ID_NULL; /* one-shot: already removed */
-    ep->progress_scheduled_ = false;
-    UCS_ASYNC_UNBLOCK(ep->iface_->async());
-    return ep->dispatch();
 }
 
 unsigned Endpoint::dispatch()
@@ -203,12 +189,11 @@ ucs_status_t Endpoint::pending_add(uct_pending_req_t *req, unsigned)
         /* the caller retries and sees the operation's own status */
         return UCS_ERR_BUSY;
     }
-    UCS_ASYNC_BLOCK(iface_->async());
+    iface::WireupGuard guard(*iface_);
     const bool connecting = (state() == State::Connecting);
     if (connecting) {
         ucs_queue_push(&pending_, pending_elem(req));
     }
-    UCS_ASYNC_UNBLOCK(iface_->async());
     return connecting ? UCS_OK : UCS_ERR_BUSY;
 }
 
@@ -224,9 +209,8 @@ void Endpoint::pending_purge(uct_pending_purge_callback_t cb, void *arg)
 
 void Endpoint::wireup_info(xqp_wireup_info_t *info) const
 {
-    UCS_ASYNC_BLOCK(iface_->async());
+    iface::WireupGuard guard(*iface_);
     iface::fill_wireup_info(conn_, info);
-    UCS_ASYNC_UNBLOCK(iface_->async());
 }
 
 /* ------------------------------------------------------------------ data path */
@@ -296,13 +280,12 @@ void Endpoint::on_send_completion(ucs_status_t status, ibv_wc_status wc_status)
 
 void Endpoint::fail_datapath(ucs_status_t status)
 {
-    UCS_ASYNC_BLOCK(iface_->async());
+    iface::WireupGuard guard(*iface_);
     if (state() != State::Failed) {
         fail_status_ = status;
         state_.store(State::Failed, std::memory_order_release);
         schedule_progress();
     }
-    UCS_ASYNC_UNBLOCK(iface_->async());
 }
 
 /* scatter/gather entries of an iov of registered memory */

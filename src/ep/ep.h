@@ -81,17 +81,16 @@ public:
     void pending_purge(uct_pending_purge_callback_t cb, void *arg);
 
     void wireup_info(xqp_wireup_info_t *info) const;
-    /* from the interface's timer (async context) */
+    /* from the interface's timer (async thread, wireup lock held) */
     void check_timeout(double now) { conn_.check_timeout(now); }
 
-    /* wireup::ConnectionOwner (called with the async context blocked) */
+    /* wireup::ConnectionOwner (called with the wireup lock held) */
     void on_established(wireup::Connection &conn) override;
     void on_failed(wireup::Connection &conn) override;
     void on_closed(wireup::Connection &conn) override;
     void on_log(wireup::Connection &conn, const std::string &line) override;
 
 private:
-    static unsigned progress_cb(void *arg);
     void schedule_progress();
     /* UCS_OK when a request can be posted now */
     ucs_status_t tx_check() const;
@@ -114,7 +113,6 @@ private:
     ucs_status_t        fail_status_ = UCS_OK;
     bool                error_reported_ = false;
     ucs_queue_head_t    pending_;
-    uct_worker_cb_id_t  progress_id_ = UCS_CALLBACKQ_ID_NULL;
     /* send queue accounting (main thread) */
     unsigned            tx_credits_  = 0;
     unsigned            outstanding_ = 0;
@@ -124,7 +122,6 @@ private:
     bool                destroying_  = false;
     /* flush completions, in posting order: (sequence to reach, completion) */
     std::vector<std::pair<uint64_t, uct_completion_t *>> flushes_;
-    bool                progress_scheduled_ = false; /* guarded by the async lock */
 };
 
 /* uct_iface_ops_t entries */

@@ -512,8 +512,11 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
         throw Error(status, "cannot initialize the base interface");
     }
 
+    const bool async_thread = (async_->mode == UCS_ASYNC_MODE_THREAD_SPINLOCK) ||
+                              (async_->mode == UCS_ASYNC_MODE_THREAD_MUTEX);
+    handler_async_ = async_thread ? nullptr : async_;
     status = ucs_async_set_event_handler(async_->mode, channel_->fd, UCS_EVENT_SET_EVREAD,
-                                         cm_event_handler, this, async_);
+                                         cm_event_handler, this, handler_async_);
     if (status != UCS_OK) {
         UCS_CLASS_CLEANUP(uct_base_iface_t, &handle_.super);
         throw Error(status, "cannot watch the rdma_cm channel");
@@ -521,7 +524,7 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     async_handler_ = true;
     /* connection attempts that hang (a peer that never answers) */
     status = ucs_async_add_timer(async_->mode, ucs_time_from_sec(0.25), timer_handler, this,
-                                 async_, &timer_id_);
+                                 handler_async_, &timer_id_);
     if (status != UCS_OK) {
         ucs_async_remove_handler(channel_->fd, 1);
         async_handler_ = false;
@@ -539,9 +542,10 @@ Iface::~Iface()
     if (async_handler_) {
         ucs_async_remove_handler(channel_->fd, 1);
     }
-    UCS_ASYNC_BLOCK(async_);
-    passive_.clear();
-    UCS_ASYNC_UNBLOCK(async_);
+    {
+        WireupGuard guard(*this);
+        passive_.clear();
+    }
     listener_.reset();
     uct_base_iface_progress_disable(handle(), UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
     /* every QP using the SRQ is gone with the passive connections and eps;
@@ -553,13 +557,16 @@ Iface::~Iface()
 
 void Iface::cm_event_handler(int, ucs_event_set_types_t, void *arg)
 {
-    static_cast<Iface *>(arg)->progress_cm_events();
+    auto *iface = static_cast<Iface *>(arg);
+    WireupGuard guard(*iface);
+    iface->progress_cm_events();
 }
 
 void Iface::timer_handler(int, ucs_event_set_types_t, void *arg)
 {
-    /* on the async context, like the rdma_cm events */
+    /* on the async thread, like the rdma_cm events */
     auto *iface      = static_cast<Iface *>(arg);
+    WireupGuard guard(*iface);
     const double now = ucs_time_to_sec(ucs_get_time());
     for (auto *ep : iface->eps_) {
         ep->check_timeout(now);
@@ -568,7 +575,7 @@ void Iface::timer_handler(int, ucs_event_set_types_t, void *arg)
 
 void Iface::progress_cm_events()
 {
-    /* runs with the async context blocked against the application */
+    /* runs with the wireup lock held */
     rdma_cm_event *raw = nullptr;
     while (rdma_get_cm_event(channel_.get(), &raw) == 0) {
         wireup::CmEvent event;
@@ -832,12 +839,16 @@ unsigned Iface::progress()
         waiting_.clear();
     }
     tx_returned_ = false;
-    if (ucs_unlikely(!ready_.empty())) {
-        std::vector<ep::Endpoint *> ready;
-        ready.swap(ready_);
-        for (auto *ep : ready) {
-            count += ep->dispatch();
-        }
+    /* endpoints whose connection changed state on the async thread */
+    if (ucs_unlikely(async_ready_flag_.load(std::memory_order_acquire))) {
+        count += dispatch_async_ready();
+    }
+    /* one at a time: a dispatch may destroy other endpoints (error
+     * handlers do), and remove_ep takes them off this list */
+    while (ucs_unlikely(!ready_.empty())) {
+        ep::Endpoint *ep = ready_.back();
+        ready_.pop_back();
+        count += ep->dispatch();
     }
 
     /* rdma_cm events the async thread could not deliver while the
@@ -858,6 +869,36 @@ void Iface::schedule_pending(ep::Endpoint *ep)
     }
 }
 
+void Iface::schedule_dispatch(ep::Endpoint *ep)
+{
+    if (std::find(async_ready_.begin(), async_ready_.end(), ep) == async_ready_.end()) {
+        async_ready_.push_back(ep);
+    }
+    async_ready_flag_.store(true, std::memory_order_release);
+}
+
+unsigned Iface::dispatch_async_ready()
+{
+    async_ready_flag_.store(false, std::memory_order_relaxed);
+    unsigned count = 0;
+    for (;;) {
+        ep::Endpoint *ep;
+        {
+            /* an endpoint still on the list is alive: its destructor takes
+             * it off under the same lock. One at a time: a dispatch may
+             * destroy other endpoints (error handlers do). */
+            WireupGuard guard(*this);
+            if (async_ready_.empty()) {
+                break;
+            }
+            ep = async_ready_.back();
+            async_ready_.pop_back();
+        }
+        count += ep->dispatch();
+    }
+    return count;
+}
+
 void Iface::wait_for_resources(ep::Endpoint *ep)
 {
     if (std::find(waiting_.begin(), waiting_.end(), ep) == waiting_.end()) {
@@ -869,6 +910,8 @@ void Iface::remove_ep(ep::Endpoint *ep)
 {
     eps_.erase(std::remove(eps_.begin(), eps_.end(), ep), eps_.end());
     ready_.erase(std::remove(ready_.begin(), ready_.end(), ep), ready_.end());
+    async_ready_.erase(std::remove(async_ready_.begin(), async_ready_.end(), ep),
+                       async_ready_.end());
     waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), ep), waiting_.end());
 }
 

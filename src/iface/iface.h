@@ -11,6 +11,15 @@
  *  - the passive connections it accepted (the active ones belong to eps).
  * The interface is UCT_IFACE_FLAG_CONNECT_TO_IFACE: its address is the
  * listener's (iface/address.h).
+ *
+ * Locking: the connections (eps' and passive ones) are guarded by the
+ * interface's wireup lock (WireupGuard), not by the worker's async lock. The
+ * rdma_cm handler and the connection timer run on UCX's async thread holding
+ * only the wireup lock, a blocking mutex: the application holding the async
+ * lock (UCP does, often) neither defers connection events into its own
+ * progress nor spins against the async thread while a QP is being created.
+ * The handlers never call back into UCX except to schedule a progress
+ * callback (uct_worker_progress_register_safe, thread-safe).
  */
 #ifndef XQP_IFACE_IFACE_H
 #define XQP_IFACE_IFACE_H
@@ -25,6 +34,8 @@
 
 #include <list>
 #include <memory>
+#include <atomic>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -131,10 +142,15 @@ public:
     bool atomics() const { return atomics_; }
     uint32_t tx_queue_len() const { return tx_queue_len_; }
 
+    /* add/remove with the wireup lock held */
     void add_ep(ep::Endpoint *ep) { eps_.push_back(ep); }
     void remove_ep(ep::Endpoint *ep);
     /* an endpoint whose pending queue may run now */
     void schedule_pending(ep::Endpoint *ep);
+    /* with the wireup lock held: an endpoint whose connection changed state
+     * (pending requests to send, or an error to report) is dispatched by the
+     * interface's progress */
+    void schedule_dispatch(ep::Endpoint *ep);
     /* an endpoint whose pending requests wait for shared tx resources */
     void wait_for_resources(ep::Endpoint *ep);
     /* polls the send CQ until ep has no work request in flight (or timeout) */
@@ -160,6 +176,8 @@ public:
     void on_log(wireup::Connection &conn, const std::string &line) override;
 
 private:
+    friend class WireupGuard;
+
     void handle_send_completion(const ibv_wc &wc);
     void handle_recv_completion(const ibv_wc &wc);
     void post_rx(uint8_t *buf);
@@ -169,12 +187,22 @@ private:
     static void cm_event_handler(int id, ucs_event_set_types_t events, void *arg);
     static void timer_handler(int id, ucs_event_set_types_t events, void *arg);
     void progress_cm_events();
+    /* dispatches the endpoints schedule_dispatch() listed */
+    unsigned dispatch_async_ready();
     void record_passive(wireup::Connection &conn);
 
     Handle              handle_;
     md::MemoryDomain   *md_;
     uct_worker_h        worker_;
     ucs_async_context_t *async_;
+    /* the async context the handlers are registered with: none in the
+     * thread modes (they take only the wireup lock), the worker's in the
+     * poll and signal modes (UCX runs them where the application allows) */
+    ucs_async_context_t *handler_async_ = nullptr;
+    mutable std::recursive_mutex wireup_mutex_;
+    /* guarded by the wireup lock; the flag tells progress to look */
+    std::vector<ep::Endpoint *> async_ready_;
+    std::atomic<bool>   async_ready_flag_{false};
     std::string         resource_name_;
     unsigned            port_num_  = 0;
     double              bandwidth_ = 0; /* bytes/s of the port */
@@ -218,6 +246,45 @@ private:
     std::list<std::unique_ptr<wireup::Connection>> passive_;
     std::vector<xqp_wireup_info_t>                 passive_infos_;
     std::vector<const wireup::Connection *>        passive_slots_;
+};
+
+
+/*
+ * Holds an interface's wireup lock (recursive). In the poll and signal async
+ * modes, where the handlers run inside the application's thread, it also
+ * blocks the worker's async context first, so a handler never interrupts a
+ * thread that holds the mutex.
+ *
+ * Lock order: the worker's async lock, then the wireup lock. UCP calls into
+ * xqp holding its async lock, and closes interfaces holding it (waiting for
+ * a running handler to return): so nothing done under the wireup lock, and
+ * nothing a handler does at all, may take the worker's async lock. That is
+ * why handlers hand endpoints to the interface's progress through a list
+ * instead of uct_worker_progress_register_safe().
+ */
+class WireupGuard {
+public:
+    explicit WireupGuard(const Iface &iface)
+        : iface_(iface), blocked_(iface.handler_async_)
+    {
+        if (blocked_ != nullptr) {
+            UCS_ASYNC_BLOCK(blocked_);
+        }
+        iface_.wireup_mutex_.lock();
+    }
+    ~WireupGuard()
+    {
+        iface_.wireup_mutex_.unlock();
+        if (blocked_ != nullptr) {
+            UCS_ASYNC_UNBLOCK(blocked_);
+        }
+    }
+    WireupGuard(const WireupGuard &) = delete;
+    WireupGuard &operator=(const WireupGuard &) = delete;
+
+private:
+    const Iface         &iface_;
+    ucs_async_context_t *blocked_;
 };
 
 /* Fills an introspection record from a connection. */

@@ -26,10 +26,8 @@ XQP_API int xqp_iface_passive_info(uct_iface_h iface, unsigned index, xqp_wireup
     if ((xiface == nullptr) || (info == nullptr)) {
         return -EINVAL;
     }
-    UCS_ASYNC_BLOCK(xiface->async());
-    const int ret = xiface->passive_info(index, info);
-    UCS_ASYNC_UNBLOCK(xiface->async());
-    return ret;
+    xqp::iface::WireupGuard guard(*xiface);
+    return xiface->passive_info(index, info);
 }
 
 XQP_API int xqp_iface_passive_count(uct_iface_h iface)
@@ -38,10 +36,8 @@ XQP_API int xqp_iface_passive_count(uct_iface_h iface)
     if (xiface == nullptr) {
         return -EINVAL;
     }
-    UCS_ASYNC_BLOCK(xiface->async());
-    const int count = xiface->passive_count();
-    UCS_ASYNC_UNBLOCK(xiface->async());
-    return count;
+    xqp::iface::WireupGuard guard(*xiface);
+    return xiface->passive_count();
 }
 
 } // extern "C"

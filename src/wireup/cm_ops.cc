@@ -96,7 +96,7 @@ void RdmaCmOps::destroy_id(rdma_cm_id *id)
     rdma_destroy_id(id);
 }
 
-int RdmaCmOps::create_qp(rdma_cm_id *id, ibv_qp **qp)
+int RdmaCmOps::create_qp(rdma_cm_id *id, QpRole role, ibv_qp **qp)
 {
     if ((id->verbs == nullptr) || (id->verbs != shape_.pd->context)) {
         /* the data QP must live on the device rdma_cm resolved */
@@ -108,11 +108,12 @@ int RdmaCmOps::create_qp(rdma_cm_id *id, ibv_qp **qp)
     attr.srq              = shape_.srq;
     attr.qp_type          = IBV_QPT_RC;
     attr.sq_sig_all       = 0;
-    attr.cap.max_send_wr     = shape_.max_send_wr;
+    const bool active        = (role == QpRole::Active);
+    attr.cap.max_send_wr     = active ? shape_.max_send_wr : 1;
     attr.cap.max_recv_wr     = (shape_.srq != nullptr) ? 0 : shape_.max_recv_wr;
-    attr.cap.max_send_sge    = shape_.max_send_sge;
+    attr.cap.max_send_sge    = active ? shape_.max_send_sge : 1;
     attr.cap.max_recv_sge    = shape_.max_recv_sge;
-    attr.cap.max_inline_data = shape_.max_inline_data;
+    attr.cap.max_inline_data = active ? shape_.max_inline_data : 0;
     *qp = ibv_create_qp(shape_.pd, &attr);
     return (*qp != nullptr) ? 0 : ((errno != 0) ? errno : ENOMEM);
 }

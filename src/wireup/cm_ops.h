@@ -18,6 +18,15 @@
 
 namespace xqp::wireup {
 
+/*
+ * Which side a data QP serves. Endpoints connect to interfaces, so data only
+ * flows from the active side: the QP of a passive connection receives (on
+ * the interface's SRQ) and responds to RDMA reads and atomics, which need no
+ * send queue entries. It gets the smallest send queue, which makes accepting
+ * cheaper (the provider allocates and maps every send queue entry).
+ */
+enum class QpRole { Active, Passive };
+
 /* What rdma_connect / rdma_accept send besides the private data. */
 struct ConnParams {
     uint32_t       qp_num              = 0;
@@ -47,7 +56,7 @@ public:
     virtual void destroy_id(rdma_cm_id *id) = 0;
 
     /* the data QP, created by us on id->verbs (external QP: id->qp stays NULL) */
-    virtual int create_qp(rdma_cm_id *id, ibv_qp **qp) = 0;
+    virtual int create_qp(rdma_cm_id *id, QpRole role, ibv_qp **qp) = 0;
     /* INIT, RTR or RTS with the attributes rdma_init_qp_attr() gives */
     virtual int modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state) = 0;
     virtual void destroy_qp(ibv_qp *qp) = 0;
@@ -83,7 +92,7 @@ public:
     int reject_ece(rdma_cm_id *id) override;
     int disconnect(rdma_cm_id *id) override;
     void destroy_id(rdma_cm_id *id) override;
-    int create_qp(rdma_cm_id *id, ibv_qp **qp) override;
+    int create_qp(rdma_cm_id *id, QpRole role, ibv_qp **qp) override;
     int modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state) override;
     void destroy_qp(ibv_qp *qp) override;
 

@@ -58,6 +58,18 @@ void Connection::disconnect()
     }
 }
 
+void Connection::close()
+{
+    disconnect();
+    if (id_ != nullptr) {
+        cm_.destroy_id(id_);
+        id_ = nullptr;
+    }
+    if (state_ != ConnState::Failed) {
+        state_ = ConnState::Closed;
+    }
+}
+
 void Connection::fail(ucs_status_t status, const std::string &reason)
 {
     status_ = status;
@@ -148,7 +160,7 @@ ConnParams Connection::conn_params(uint8_t *buf, Hello::Kind kind, uint32_t conn
 void Connection::on_route_resolved()
 {
     /* ibv_create_qp -> ibv_query_ece -> rdma_set_local_ece -> rdma_connect */
-    int err = cm_.create_qp(id_, &qp_);
+    int err = cm_.create_qp(id_, QpRole::Active, &qp_);
     if (err != 0) {
         qp_ = nullptr;
         fail(UCS_ERR_NO_RESOURCE, errstr("ibv_create_qp", err));
@@ -267,7 +279,7 @@ void Connection::accept_request(const CmEvent &request)
 
     /* ibv_create_qp -> rdma_get_remote_ece -> ibv_set_ece -> INIT/RTR/RTS
      * -> ibv_query_ece -> rdma_set_local_ece -> rdma_accept */
-    int err = cm_.create_qp(id_, &qp_);
+    int err = cm_.create_qp(id_, QpRole::Passive, &qp_);
     if (err != 0) {
         qp_ = nullptr;
         cm_.reject(id_);

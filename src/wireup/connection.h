@@ -94,6 +94,11 @@ public:
     /* rdma_disconnect when connected (idempotent) */
     void disconnect();
 
+    /* the owner goes away: disconnect, then destroy the cm_id, so that no
+     * rdma_cm event reaches this connection any more. The QP stays until
+     * destruction: requests on it may still be completing. Idempotent. */
+    void close();
+
     /* active side: fails the current attempt (and retries) when it has run
      * longer than connect_timeout_s; now is in seconds on any monotonic clock */
     void check_timeout(double now);

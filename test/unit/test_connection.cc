@@ -182,9 +182,10 @@ public:
         destroyed_ids.push_back(id);
     }
 
-    int create_qp(rdma_cm_id *id, ibv_qp **qp) override
+    int create_qp(rdma_cm_id *id, QpRole role, ibv_qp **qp) override
     {
         log_.push_back("create_qp");
+        qp_roles.push_back(role);
         check_id(id, "create_qp");
         if (const int err = fault("create_qp")) {
             return err;
@@ -214,6 +215,7 @@ public:
     std::vector<rdma_cm_id *> passive_ids;
     std::vector<rdma_cm_id *> destroyed_ids;
     std::vector<ibv_qp *>     created_qps;
+    std::vector<QpRole>       qp_roles;
     std::set<rdma_cm_id *>    live_ids;
     std::set<ibv_qp *>        live_qps;
     sockaddr_in               last_dst           = {};
@@ -600,6 +602,7 @@ TEST(WireupConnection, ActiveHappyPathMlx5)
     r.feed(RDMA_CM_EVENT_ROUTE_RESOLVED);
     EXPECT_EQ(r.take(), (Calls{"create_qp", "ibv_query_ece", "set_local_ece 0x15b3:0x3",
                                "connect qp=257 pdata=28"}));
+    EXPECT_EQ(r.cm.qp_roles, std::vector<QpRole>{QpRole::Active}); /* full send queue */
     EXPECT_EQ(ConnState::Connecting, c.state());
     ASSERT_NE(nullptr, c.qp());
     EXPECT_EQ(257u, c.qp()->qp_num);
@@ -737,6 +740,7 @@ TEST(WireupConnection, PassiveHappyPathMlx5)
                                "ibv_set_ece 0x15b3:0x3", "modify INIT", "modify RTR",
                                "modify RTS", "ibv_query_ece", "set_local_ece 0x15b3:0x3",
                                "accept qp=257 pdata=28"}));
+    EXPECT_EQ(r.cm.qp_roles, std::vector<QpRole>{QpRole::Passive}); /* receives only */
     EXPECT_EQ(ConnState::Accepting, c.state());
     EXPECT_FALSE(c.active());
     EXPECT_EQ(1u, c.attempts());
@@ -1509,6 +1513,55 @@ TEST(WireupConnection, DeviceRemovalAfterCloseIsIgnored)
     EXPECT_EQ(r.take(), Calls{});
     EXPECT_EQ(ConnState::Closed, r.conn->state());
     EXPECT_EQ(0, r.owner.failed);
+}
+
+TEST(WireupConnection, CloseDestroysTheIdAndKeepsTheQp)
+{
+    /* an endpoint going away: no event may reach the connection after
+     * close(), while its QP drains the requests still in flight */
+    Rig r;
+    r.ece.rxe();
+    r.to_connected_active();
+    r.take();
+    ibv_qp *qp = r.conn->qp();
+    r.conn->close();
+    EXPECT_EQ(r.take(), (Calls{"disconnect", "destroy_id"}));
+    EXPECT_EQ(nullptr, r.conn->id());
+    EXPECT_EQ(qp, r.conn->qp());
+    EXPECT_EQ(ConnState::Closed, r.conn->state());
+    EXPECT_EQ(0, r.owner.closed); /* the owner asked: no callback */
+    EXPECT_EQ(0, r.owner.failed);
+    r.conn->close(); /* idempotent */
+    EXPECT_EQ(r.take(), Calls{});
+    r.conn.reset();
+    EXPECT_EQ(r.take(), (Calls{"destroy_qp"}));
+}
+
+TEST(WireupConnection, CloseWhileConnectingStopsTheAttempts)
+{
+    for (const auto state : {ConnState::ResolvingAddr, ConnState::ResolvingRoute,
+                             ConnState::Connecting}) {
+        SCOPED_TRACE(to_string(state));
+        Rig r;
+        r.ece.rxe();
+        r.make();
+        r.conn->connect(Rig::dst());
+        advance_to(r, state);
+        ASSERT_EQ(state, r.conn->state());
+        const bool has_qp = (r.conn->qp() != nullptr);
+        r.take();
+        r.conn->close();
+        EXPECT_EQ(r.take(), (Calls{"destroy_id"}));
+        EXPECT_EQ(ConnState::Closed, r.conn->state());
+        /* the connect timer must not start another attempt */
+        r.conn->check_timeout(0);
+        r.conn->check_timeout(1e9);
+        EXPECT_EQ(r.take(), Calls{});
+        EXPECT_EQ(1u, r.conn->attempts());
+        r.conn.reset();
+        EXPECT_EQ(r.take(), has_qp ? (Calls{"destroy_qp"}) : Calls{});
+        EXPECT_EQ(0, r.owner.failed);
+    }
 }
 
 /* ================================================================== events out of place */
