@@ -50,7 +50,10 @@ Endpoint::~Endpoint()
         uct_worker_progress_unregister_safe(iface_->worker(), &progress_id_);
         progress_scheduled_ = false;
     }
-    conn_.disconnect();
+    /* the cm_id goes now, under the async lock: once unblocked, the async
+     * thread could otherwise handle an event of this connection (and call
+     * back into this endpoint) while it is being destroyed */
+    conn_.stop();
     /* requests still in flight end with a flush error: collect them before
      * the QP (owned by conn_) is destroyed */
     if ((outstanding_ > 0) && (conn_.qp() != nullptr)) {

@@ -58,6 +58,18 @@ void Connection::disconnect()
     }
 }
 
+void Connection::stop()
+{
+    disconnect();
+    if (id_ != nullptr) {
+        cm_.destroy_id(id_);
+        id_ = nullptr;
+    }
+    if (state_ != ConnState::Failed) {
+        state_ = ConnState::Closed;
+    }
+}
+
 void Connection::fail(ucs_status_t status, const std::string &reason)
 {
     status_ = status;

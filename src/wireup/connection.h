@@ -94,6 +94,15 @@ public:
     /* rdma_disconnect when connected (idempotent) */
     void disconnect();
 
+    /* Ends all rdma_cm activity for good (idempotent): rdma_disconnect when
+     * connected, then the cm_id is destroyed, which drops the events still
+     * queued for it; an attempt in progress becomes Closed. No owner callback,
+     * event or check_timeout acts on the connection afterwards. The QP stays
+     * until the connection is destroyed, so that its completions can still be
+     * drained. Call it with the owner's lock held (the async context): the
+     * thread that delivers rdma_cm events must not be using the id. */
+    void stop();
+
     /* active side: fails the current attempt (and retries) when it has run
      * longer than connect_timeout_s; now is in seconds on any monotonic clock */
     void check_timeout(double now);

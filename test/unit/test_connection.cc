@@ -1687,6 +1687,46 @@ TEST(WireupConnection, ExplicitDisconnectThenDestructor)
     EXPECT_EQ(r.take(), (Calls{"destroy_qp", "destroy_id"}));
 }
 
+/* stop() is what an endpoint does under its async lock when it is destroyed:
+ * the cm_id goes at once (its queued events with it), the QP stays for the
+ * completions to be drained, and nothing afterwards restarts the connection
+ * or calls the owner (they did: the id was destroyed only with the
+ * connection, outside the lock, racing with the event thread). */
+TEST(WireupConnection, StopEndsCmActivityAndKeepsTheQp)
+{
+    for (const bool connected : {false, true}) {
+        SCOPED_TRACE(connected ? "connected" : "connecting");
+        Rig r;
+        r.ece.rxe();
+        r.cfg.connect_timeout_s = 1.0;
+        if (connected) {
+            r.to_connected_active();
+        } else {
+            r.to_connecting();
+        }
+        r.take();
+        rdma_cm_id *id = r.conn->id();
+        ibv_qp     *qp = r.conn->qp();
+        r.conn->stop();
+        r.conn->stop(); /* idempotent */
+        EXPECT_EQ(r.take(), connected ? (Calls{"disconnect", "destroy_id"}) : (Calls{"destroy_id"}));
+        EXPECT_EQ((std::vector<rdma_cm_id *>{id}), r.cm.destroyed_ids);
+        EXPECT_EQ(nullptr, r.conn->id());
+        EXPECT_EQ(qp, r.conn->qp()) << "the QP stays until the connection is destroyed";
+        EXPECT_EQ(ConnState::Closed, r.conn->state());
+        /* an expired attempt timer must not start a new attempt */
+        r.conn->check_timeout(0.0);
+        r.conn->check_timeout(100.0);
+        EXPECT_TRUE(r.take().empty());
+        r.conn.reset();
+        EXPECT_EQ(r.take(), (Calls{"destroy_qp"}));
+        EXPECT_TRUE(r.cm.live_ids.empty());
+        EXPECT_TRUE(r.cm.live_qps.empty());
+        EXPECT_EQ(0, r.owner.closed);
+        EXPECT_EQ(0, r.owner.failed);
+    }
+}
+
 TEST(WireupConnection, DestructorWhileConnectingOrAccepting)
 {
     {
