@@ -94,9 +94,13 @@ public:
     /* rdma_disconnect when connected (idempotent) */
     void disconnect();
 
-    /* the owner goes away: disconnect, then destroy the cm_id, so that no
-     * rdma_cm event reaches this connection any more. The QP stays until
-     * destruction: requests on it may still be completing. Idempotent. */
+    /* Ends all rdma_cm activity for good (idempotent): rdma_disconnect when
+     * connected, then the cm_id is destroyed, which drops the events still
+     * queued for it; an attempt in progress becomes Closed. No owner callback,
+     * event or check_timeout acts on the connection afterwards. The QP stays
+     * until the connection is destroyed, so that its completions can still be
+     * drained. Call it with the owner's wireup lock held: the thread that
+     * delivers rdma_cm events must not be using the id. */
     void close();
 
     /* active side: fails the current attempt (and retries) when it has run

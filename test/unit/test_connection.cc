@@ -1535,6 +1535,8 @@ TEST(WireupConnection, CloseDestroysTheIdAndKeepsTheQp)
     EXPECT_EQ(r.take(), Calls{});
     r.conn.reset();
     EXPECT_EQ(r.take(), (Calls{"destroy_qp"}));
+    EXPECT_TRUE(r.cm.live_ids.empty());
+    EXPECT_TRUE(r.cm.live_qps.empty());
 }
 
 TEST(WireupConnection, CloseWhileConnectingStopsTheAttempts)
