@@ -68,6 +68,10 @@ AC_DEFUN([XQP_CHECK_UCX], [
         [AS_HELP_STRING([--with-ucx-src=DIR],
             [source tree of the installed UCX version (required: UCX installs no internal headers; Debian: apt-get source ucx, or contrib/bootstrap.sh)])],
         [], [with_ucx_src=])
+    AC_ARG_ENABLE([ucx-compile-only],
+        [AS_HELP_STRING([--enable-ucx-compile-only],
+            [compile-only check (contrib/compat-check.sh): accept a configured UCX source tree of another release than the installed one and take its build configuration from the tree's config.h; what is built then must not be installed])],
+        [], [enable_ucx_compile_only=no])
     AC_ARG_WITH([ucx-moduledir],
         [AS_HELP_STRING([--with-ucx-moduledir=DIR], [where the plugin is installed (default: LIBDIR/ucx, where UCX looks for modules)])],
         [], [with_ucx_moduledir='${libdir}/ucx'])
@@ -104,6 +108,7 @@ AC_DEFUN([XQP_CHECK_UCX], [
     AC_COMPUTE_INT([xqp_ucx_patch], [UCT_VERNO_PATCH], [[#include <uct/api/version.h>]],
         [AC_MSG_ERROR([cannot read UCT_VERNO_PATCH from uct/api/version.h])])
     XQP_UCX_VERSION=$xqp_ucx_major.$xqp_ucx_minor.$xqp_ucx_patch
+    XQP_UCX_INSTALLED_VERSION=$XQP_UCX_VERSION
     AC_MSG_CHECKING([whether the UCX libraries link])
     AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <uct/api/uct.h>]],
                                     [[uct_component_h *c; unsigned n; return uct_query_components(&c, &n) != UCS_OK;]])],
@@ -113,14 +118,17 @@ AC_DEFUN([XQP_CHECK_UCX], [
     CPPFLAGS=$xqp_save_CPPFLAGS
     LIBS=$xqp_save_LIBS
 
-    AC_PATH_PROG([UCX_INFO], [ucx_info], [], [$xqp_ucx_path])
-    AS_IF([test -z "$UCX_INFO"],
-          [AC_MSG_ERROR([ucx_info not found (Debian: ucx-utils): it is needed to regenerate UCX's build configuration])])
-    AC_MSG_CHECKING([the version ucx_info reports])
-    xqp_info_version=`LD_LIBRARY_PATH=$UCX_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $UCX_INFO -v 2>/dev/null | $SED -n 's/^# *Version *//p' | cut -d' ' -f1`
-    AC_MSG_RESULT([$xqp_info_version])
-    AS_IF([test "$xqp_info_version" != "$XQP_UCX_VERSION"],
-          [AC_MSG_ERROR([ucx_info ($UCX_INFO) reports UCX '$xqp_info_version' but the headers are UCX $XQP_UCX_VERSION: point --with-ucx at one installation])])
+    AS_IF([test "$enable_ucx_compile_only" != yes], [
+        dnl the installed UCX's own tool regenerates its build configuration
+        AC_PATH_PROG([UCX_INFO], [ucx_info], [], [$xqp_ucx_path])
+        AS_IF([test -z "$UCX_INFO"],
+              [AC_MSG_ERROR([ucx_info not found (Debian: ucx-utils): it is needed to regenerate UCX's build configuration])])
+        AC_MSG_CHECKING([the version ucx_info reports])
+        xqp_info_version=`LD_LIBRARY_PATH=$UCX_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $UCX_INFO -v 2>/dev/null | $SED -n 's/^# *Version *//p' | cut -d' ' -f1`
+        AC_MSG_RESULT([$xqp_info_version])
+        AS_IF([test "$xqp_info_version" != "$XQP_UCX_VERSION"],
+              [AC_MSG_ERROR([ucx_info ($UCX_INFO) reports UCX '$xqp_info_version' but the headers are UCX $XQP_UCX_VERSION: point --with-ucx at one installation])])
+    ])
 
     AC_MSG_CHECKING([for the UCX $XQP_UCX_VERSION source tree])
     AS_IF([test -z "$with_ucx_src" || test "$with_ucx_src" = yes || test "$with_ucx_src" = no],
@@ -132,17 +140,34 @@ AC_DEFUN([XQP_CHECK_UCX], [
     with_ucx_src=`cd "$with_ucx_src" && pwd`
     xqp_src_version=XQP_UCX_SRC_VERSION([$with_ucx_src])
     AC_MSG_RESULT([$with_ucx_src (version $xqp_src_version)])
-    AS_IF([test "$xqp_src_version" != "$XQP_UCX_VERSION"],
-          [AC_MSG_ERROR([the UCX source tree $with_ucx_src is version '$xqp_src_version' but the installed UCX is $XQP_UCX_VERSION: internal structures differ between versions, use the matching source])])
+    AS_IF([test "$enable_ucx_compile_only" = yes], [
+        dnl another release's tree, to compile against only: its own public
+        dnl headers (never the installed ones) and its configure's config.h
+        AS_IF([test -f "$with_ucx_src/config.h" && test -f "$with_ucx_src/src/uct/api/version.h"], [],
+              [AC_MSG_ERROR([--enable-ucx-compile-only: $with_ucx_src is not configured (no config.h or src/uct/api/version.h); run its configure first, or use contrib/compat-check.sh])])
+        XQP_UCX_VERSION=$xqp_src_version
+        UCX_CFLAGS=
+        AC_MSG_WARN([compile-only configuration against UCX $xqp_src_version (installed: $XQP_UCX_INSTALLED_VERSION): do not install or load what is built here])
+    ], [test "$xqp_src_version" != "$XQP_UCX_VERSION"], [
+        AC_MSG_ERROR([the UCX source tree $with_ucx_src is version '$xqp_src_version' but the installed UCX is $XQP_UCX_VERSION: internal structures differ between versions, use the matching source])])
 
-    AC_MSG_CHECKING([for UCX's build configuration (ucx_info -b)])
     mkdir -p ucx-private
-    LD_LIBRARY_PATH=$UCX_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $UCX_INFO -b > ucx-private/ucx_info_b.txt 2>/dev/null ||
-        AC_MSG_ERROR([ucx_info -b failed])
+    AS_IF([test "$enable_ucx_compile_only" = yes], [
+        AC_MSG_CHECKING([for UCX's build configuration ($with_ucx_src/config.h)])
+        xqp_build_config_from="$with_ucx_src/config.h"
+        cp "$with_ucx_src/config.h" ucx-private/ucx_info_b.txt
+        XQP_UCX_BUILD_CONFIG_SUMMARY="$with_ucx_src/config.h (compile-only)"
+    ], [
+        AC_MSG_CHECKING([for UCX's build configuration (ucx_info -b)])
+        xqp_build_config_from="'$UCX_INFO -b'"
+        LD_LIBRARY_PATH=$UCX_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $UCX_INFO -b > ucx-private/ucx_info_b.txt 2>/dev/null ||
+            AC_MSG_ERROR([ucx_info -b failed])
+        XQP_UCX_BUILD_CONFIG_SUMMARY="ucx_info -b"
+    ])
     AS_IF([$GREP -q '^#define ENABLE_MT' ucx-private/ucx_info_b.txt], [],
-          [AC_MSG_ERROR([ucx_info -b printed no build configuration])])
+          [AC_MSG_ERROR([$xqp_build_config_from printed no build configuration])])
     {
-        echo "/* Generated by configure from '$UCX_INFO -b' (UCX $XQP_UCX_VERSION). Do not edit. */"
+        echo "/* Generated by configure from $xqp_build_config_from (UCX $XQP_UCX_VERSION). Do not edit. */"
         echo "#ifndef XQP_UCX_BUILD_CONFIG_H"
         echo "#define XQP_UCX_BUILD_CONFIG_H"
         $GREP '^#define ' ucx-private/ucx_info_b.txt |
@@ -160,6 +185,7 @@ AC_DEFUN([XQP_CHECK_UCX], [
     AC_SUBST([XQP_UCX_MINOR], [$xqp_ucx_minor])
     AC_SUBST([XQP_UCX_PATCH], [$xqp_ucx_patch])
     AC_SUBST([XQP_MODULEDIR], [$with_ucx_moduledir])
+    AM_CONDITIONAL([XQP_UCX_COMPILE_ONLY], [test "$enable_ucx_compile_only" = yes])
     XQP_MODULEDIR_SUMMARY=$with_ucx_moduledir
 ])
 

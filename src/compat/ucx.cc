@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include <string>
 
@@ -75,6 +76,49 @@ ucs_sys_device_t sys_device_from_bus_id(const std::string &bus_id)
         return UCS_SYS_DEVICE_ID_UNKNOWN;
     }
     return dev;
+}
+
+} // namespace xqp::compat
+
+namespace xqp::compat {
+
+void fill_md_attr(const MdCaps &caps, md_attr_t *attr)
+{
+#ifdef XQP_UCX_HAVE_MD_QUERY_V2
+    /* UCX copies out only what the caller's field_mask asks for: keep the
+     * mask it passed, start from UCX's defaults where it has a function for
+     * them (some attributes must not be 0, e.g. reg_alignment) */
+    const uint64_t field_mask = attr->field_mask;
+    std::memset(attr, 0, sizeof(*attr));
+    attr->field_mask = field_mask;
+#  ifdef XQP_UCX_HAVE_MD_BASE_QUERY
+    uct_md_base_md_query(attr);
+#  endif
+#  ifdef XQP_UCX_HAVE_MD_ATTR_REG_ALIGNMENT
+    /* registrations need no alignment (the cache aligns its regions itself) */
+    attr->reg_alignment = 1;
+#  endif
+    attr->flags            = caps.flags;
+    attr->max_alloc        = caps.max_alloc;
+    attr->max_reg          = caps.max_reg;
+    attr->reg_mem_types    = caps.reg_mem_types;
+    attr->detect_mem_types = caps.detect_mem_types;
+    attr->alloc_mem_types  = caps.alloc_mem_types;
+    attr->access_mem_types = caps.access_mem_types;
+    attr->cache_mem_types  = caps.cache_mem_types;
+#else
+    std::memset(attr, 0, sizeof(*attr));
+    attr->cap.flags            = caps.flags;
+    attr->cap.max_alloc        = caps.max_alloc;
+    attr->cap.max_reg          = caps.max_reg;
+    attr->cap.reg_mem_types    = caps.reg_mem_types;
+    attr->cap.detect_mem_types = caps.detect_mem_types;
+    attr->cap.alloc_mem_types  = caps.alloc_mem_types;
+    attr->cap.access_mem_types = caps.access_mem_types;
+#endif
+    attr->rkey_packed_size = caps.rkey_packed_size;
+    attr->reg_cost         = caps.reg_cost;
+    attr->local_cpus       = caps.local_cpus;
 }
 
 } // namespace xqp::compat

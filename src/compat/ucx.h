@@ -8,12 +8,19 @@
  * struct layouts depend on it (ENABLE_STATS, ENABLE_DEBUG_DATA, ...).
  *
  * Every other file of the plugin includes this header instead of uct/base or
- * ucs internals, and uses the XQP_UCX_* helpers below where releases differ.
+ * ucs internals, and uses the helpers below (and the ops-table builders of
+ * compat/ops.h) where releases differ.
+ *
+ * Which release has which internal API is never decided from the version
+ * number: configure compiles a probe for every difference against the UCX
+ * tree (config/m4/ucx_compat.m4) and records the results as
+ * XQP_UCX_HAVE_* in xqp_ucx_probes.h, which only src/compat/ includes.
  */
 #ifndef XQP_COMPAT_UCX_H
 #define XQP_COMPAT_UCX_H
 
 #include "ucx_build_config.h"
+#include "xqp_ucx_probes.h"
 
 #include "compat/version.h"
 
@@ -23,6 +30,7 @@
 
 extern "C" {
 #include <uct/api/uct.h>
+#include <uct/api/v2/uct_v2.h>
 #include <uct/api/version.h>
 #include <uct/base/uct_component.h>
 #include <uct/base/uct_iface.h>
@@ -42,10 +50,6 @@ extern "C" {
 #include <ucs/type/cpu_set.h>
 }
 
-#if !((UCT_VERNO_MAJOR == 1) && (UCT_VERNO_MINOR == 13))
-#  error "xqp supports UCX 1.13 so far: port the differences into src/compat/ucx.h"
-#endif
-
 namespace xqp::compat {
 
 /* The UCX release this plugin was compiled against. */
@@ -64,8 +68,9 @@ std::optional<Version> running_version();
 
 /*
  * Registers a component and its transports with UCX / removes them again.
- * UCX 1.13's uct_component_unregister() leaves the component in
- * uct_components_list, so removal is completed here.
+ * uct_component_unregister() and uct_tl_unregister() leave the component
+ * and the transports in UCX's lists (1.13 to 1.22 at least), so removal is
+ * completed here.
  */
 void register_component(uct_component_t *component, uct_tl_t *const *tls, size_t num_tls);
 void unregister_component(uct_component_t *component, uct_tl_t *const *tls, size_t num_tls);
@@ -110,8 +115,59 @@ inline ucs_async_context_t *worker_async(uct_worker_h worker)
     return reinterpret_cast<uct_priv_worker_t *>(worker)->async;
 }
 
-/* The UCX 1.13 md query callback fills uct_md_attr_t (v2 came in 1.14). */
+/*
+ * What xqp's memory domain reports, in one form for every release:
+ * fill_md_attr() turns it into the attributes the md query callback of this
+ * UCX fills (uct_md_attr_t up to 1.13, uct_md_attr_v2_t from 1.14).
+ */
+struct MdCaps {
+    uint64_t          flags            = 0; /* UCT_MD_FLAG_* */
+    size_t            max_alloc        = 0;
+    size_t            max_reg          = 0;
+    uint64_t          reg_mem_types    = 0;
+    uint64_t          detect_mem_types = 0;
+    uint64_t          alloc_mem_types  = 0;
+    uint64_t          access_mem_types = 0;
+    /* memory types a registration cache serves (reported by md query v2 only) */
+    uint64_t          cache_mem_types  = 0;
+    size_t            rkey_packed_size = 0;
+    ucs_linear_func_t reg_cost         = {};
+    ucs_cpu_set_t     local_cpus       = {};
+};
+
+#ifdef XQP_UCX_HAVE_MD_QUERY_V2
+using md_attr_t = uct_md_attr_v2_t;
+#else
 using md_attr_t = uct_md_attr_t;
+#endif
+
+/* Fills the md query callback's attributes from caps; every attribute xqp
+ * does not set has UCX's default. */
+void fill_md_attr(const MdCaps &caps, md_attr_t *attr);
+
+/* ucs_rcache_params_t's alignment (up to 1.16; later releases take it in
+ * rcache_get) */
+inline void set_rcache_alignment([[maybe_unused]] ucs_rcache_params_t *params,
+                                 [[maybe_unused]] size_t alignment)
+{
+#ifdef XQP_UCX_HAVE_RCACHE_PARAMS_ALIGNMENT
+    params->alignment     = alignment;
+    params->max_alignment = alignment;
+#endif
+}
+
+/* ucs_rcache_get(), with the alignment where this release takes it (1.17+);
+ * older releases use the one set_rcache_alignment() stored. */
+inline ucs_status_t rcache_get(ucs_rcache_t *rcache, void *address, size_t length,
+                               [[maybe_unused]] size_t alignment, int prot, void *arg,
+                               ucs_rcache_region_t **region_p)
+{
+#ifdef XQP_UCX_HAVE_RCACHE_GET_ALIGNMENT
+    return ucs_rcache_get(rcache, address, length, alignment, prot, arg, region_p);
+#else
+    return ucs_rcache_get(rcache, address, length, prot, arg, region_p);
+#endif
+}
 
 } // namespace xqp::compat
 

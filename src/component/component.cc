@@ -1,5 +1,6 @@
 #include "component/component.h"
 
+#include "compat/ops.h"
 #include "iface/iface.h"
 #include "md/md.h"
 
@@ -31,24 +32,11 @@ uct_component_t component = {
     .query_md_resources = md::query_resources,
     .md_open            = md::open,
     .cm_open            = compat::unsupported<decltype(Component::cm_open)>,
-    .rkey_unpack        = rkey_unpack,
-    .rkey_ptr           = compat::unsupported<decltype(Component::rkey_ptr)>,
-    .rkey_release       = rkey_release,
-    .md_config          = {
-        .name   = "xqp memory domain",
-        .prefix = "XQP_",
-        .table  = md::config_table,
-        .size   = sizeof(md::Config),
-        .list   = {},
-    },
+    XQP_UCX_COMPONENT_RKEY_SLOTS(rkey_unpack, rkey_release)
+    .md_config          = compat::config_entry("xqp memory domain", "XQP_", md::config_table,
+                                               sizeof(md::Config)),
     /* no client/server connection manager (UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY) */
-    .cm_config          = {
-        .name   = "",
-        .prefix = "",
-        .table  = nullptr,
-        .size   = 0,
-        .list   = {},
-    },
+    .cm_config          = compat::config_entry("", "", nullptr, 0),
     .tl_list            = {},
     .list               = {},
     .flags              = 0,

@@ -74,6 +74,24 @@ Endpoint *Endpoint::from(uct_ep_h ep)
     return from_unchecked(ep);
 }
 
+/* The endpoint's identity is its destination, whatever the state of its
+ * connection: UCP asks to find the lane that leads to an address. */
+bool Endpoint::connects_to(const sockaddr_storage &dst) const
+{
+    if (dst.ss_family != dst_.ss_family) {
+        return false;
+    }
+    if (dst.ss_family == AF_INET) {
+        const auto &a = reinterpret_cast<const sockaddr_in &>(dst);
+        const auto &b = reinterpret_cast<const sockaddr_in &>(dst_);
+        return (a.sin_port == b.sin_port) && (a.sin_addr.s_addr == b.sin_addr.s_addr);
+    }
+    const auto &a = reinterpret_cast<const sockaddr_in6 &>(dst);
+    const auto &b = reinterpret_cast<const sockaddr_in6 &>(dst_);
+    return (a.sin6_port == b.sin6_port) &&
+           (std::memcmp(&a.sin6_addr, &b.sin6_addr, sizeof(a.sin6_addr)) == 0);
+}
+
 /* ------------------------------------------------------------------ wireup */
 
 void Endpoint::on_established(wireup::Connection &)
@@ -608,6 +626,15 @@ ucs_status_t ep_create(const uct_ep_params_t *params, uct_ep_h *ep_p)
 void ep_destroy(uct_ep_h ep)
 {
     delete Endpoint::from_unchecked(ep);
+}
+
+int ep_is_connected(uct_ep_h ep, const uct_device_addr_t *dev_addr,
+                    const uct_iface_addr_t *iface_addr)
+{
+    std::string why;
+    const auto dst = iface::unpack_address(reinterpret_cast<const uint8_t *>(dev_addr),
+                                           reinterpret_cast<const uint8_t *>(iface_addr), &why);
+    return dst && Endpoint::from_unchecked(ep)->connects_to(*dst);
 }
 
 ucs_status_t ep_flush(uct_ep_h ep, unsigned flags, uct_completion_t *comp)

@@ -81,6 +81,8 @@ public:
     void pending_purge(uct_pending_purge_callback_t cb, void *arg);
 
     void wireup_info(xqp_wireup_info_t *info) const;
+    /* whether this endpoint connects to the listener at dst */
+    bool connects_to(const sockaddr_storage &dst) const;
     /* from the interface's timer (async thread, wireup lock held) */
     void check_timeout(double now) { conn_.check_timeout(now); }
 
@@ -127,6 +129,9 @@ private:
 /* uct_iface_ops_t entries */
 ucs_status_t ep_create(const uct_ep_params_t *params, uct_ep_h *ep_p);
 void ep_destroy(uct_ep_h ep);
+/* for UCX's uct_ep_is_connected (compat::iface_internal_ops) */
+int ep_is_connected(uct_ep_h ep, const uct_device_addr_t *dev_addr,
+                    const uct_iface_addr_t *iface_addr);
 ucs_status_t ep_flush(uct_ep_h ep, unsigned flags, uct_completion_t *comp);
 ucs_status_t ep_fence(uct_ep_h ep, unsigned flags);
 ucs_status_t ep_check(uct_ep_h ep, unsigned flags, uct_completion_t *comp);

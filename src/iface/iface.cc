@@ -1,6 +1,7 @@
 #include "iface/iface.h"
 
 #include "common/boundary.h"
+#include "compat/ops.h"
 #include "ep/ep.h"
 #include "iface/address.h"
 #include "verbs/discovery.h"
@@ -193,6 +194,14 @@ static int iface_is_reachable(const uct_iface_h tl_iface, const uct_device_addr_
     return Iface::from_unchecked(tl_iface)->is_reachable(
             reinterpret_cast<const uint8_t *>(dev_addr),
             reinterpret_cast<const uint8_t *>(iface_addr));
+}
+
+/* for UCX's "same device" reachability scope: the peer listens on our address */
+static int iface_is_same_device(const uct_iface_h tl_iface, const uct_device_addr_t *dev_addr)
+{
+    uint8_t own[kDeviceAddrLen];
+    Iface::from_unchecked(tl_iface)->get_device_address(own);
+    return std::memcmp(own, dev_addr, sizeof(own)) == 0;
 }
 
 static unsigned iface_progress(uct_iface_h tl_iface)
@@ -504,9 +513,10 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     }
 
     handle_.owner = this;
+    auto *internal_ops  = compat::iface_internal_ops<iface_is_reachable, iface_is_same_device,
+                                                     ep::ep_is_connected>();
     ucs_status_t status = UCS_CLASS_INIT(uct_base_iface_t, &handle_.super, &iface_ops,
-                                         &uct_base_iface_internal_ops, md->handle(),
-                                         worker, params, &config.super
+                                         internal_ops, md->handle(), worker, params, &config.super
                                          XQP_UCX_IFACE_STATS_ARGS(params, resource_name_.c_str()));
     if (status != UCS_OK) {
         throw Error(status, "cannot initialize the base interface");
@@ -1123,13 +1133,7 @@ uct_tl_t tl = {
     .name          = "xqp",
     .query_devices = query_devices,
     .iface_open    = iface_open,
-    .config        = {
-        .name   = "xqp transport",
-        .prefix = "XQP_",
-        .table  = config_table,
-        .size   = sizeof(Config),
-        .list   = {},
-    },
+    .config        = compat::config_entry("xqp transport", "XQP_", config_table, sizeof(Config)),
     .list          = {},
 };
 

@@ -1,6 +1,7 @@
 #include "md/md.h"
 
 #include "common/boundary.h"
+#include "compat/ops.h"
 #include "verbs/discovery.h"
 
 #include <cerrno>
@@ -51,18 +52,12 @@ static void md_close(uct_md_h md)
     delete MemoryDomain::from(md);
 }
 
-static ucs_status_t md_query(uct_md_h md, compat::md_attr_t *attr)
+static ucs_status_t md_query(uct_md_h md, compat::MdCaps *caps)
 {
     return boundary("md_query", [&] {
-        MemoryDomain::from(md)->query(attr);
+        MemoryDomain::from(md)->query(caps);
         return UCS_OK;
     });
-}
-
-/* Client/server sockaddr connections are not an xqp feature. */
-static int md_is_sockaddr_accessible(uct_md_h, const ucs_sock_addr_t *, uct_sockaddr_accessibility_t)
-{
-    return 0;
 }
 
 /* ibv access flags for a registration: no wider than the UCT flags ask */
@@ -101,8 +96,9 @@ static ucs_status_t md_mem_reg(uct_md_h md, void *address, size_t length, unsign
     auto *self = MemoryDomain::from(md);
     if (self->rcache() != nullptr) {
         ucs_rcache_region_t *region;
-        const ucs_status_t status = ucs_rcache_get(self->rcache(), address, length,
-                                                   PROT_READ | PROT_WRITE, &flags, &region);
+        const ucs_status_t status = compat::rcache_get(self->rcache(), address, length,
+                                                       ucs_get_page_size(),
+                                                       PROT_READ | PROT_WRITE, &flags, &region);
         if (status != UCS_OK) {
             return status;
         }
@@ -182,11 +178,8 @@ static void rcache_dump_region(void *, ucs_rcache_t *, ucs_rcache_region_t *rreg
                   region->memh.mr ? region->memh.mr->rkey : 0);
 }
 
-static const ucs_rcache_ops_t rcache_ops = {
-    rcache_mem_reg,
-    rcache_mem_dereg,
-    rcache_dump_region,
-};
+static const ucs_rcache_ops_t rcache_ops =
+        compat::make_rcache_ops<rcache_mem_reg, rcache_mem_dereg, rcache_dump_region>();
 
 void pack_rkey(uint32_t rkey, void *buffer)
 {
@@ -207,19 +200,8 @@ ucs_status_t unpack_rkey(const void *buffer, uint32_t *rkey)
     return UCS_OK;
 }
 
-static uct_md_ops_t md_ops = {
-    /* close                  */ md_close,
-    /* query                  */ md_query,
-    /* mem_alloc              */ compat::unsupported<uct_md_mem_alloc_func_t>,
-    /* mem_free               */ compat::unsupported<uct_md_mem_free_func_t>,
-    /* mem_advise             */ compat::unsupported<uct_md_mem_advise_func_t>,
-    /* mem_reg                */ md_mem_reg,
-    /* mem_dereg              */ md_mem_dereg,
-    /* mem_query              */ compat::unsupported<uct_md_mem_query_func_t>,
-    /* mkey_pack              */ md_mkey_pack,
-    /* is_sockaddr_accessible */ md_is_sockaddr_accessible,
-    /* detect_memory_type     */ compat::unsupported<uct_md_detect_memory_type_func_t>,
-};
+static uct_md_ops_t md_ops =
+        compat::make_md_ops<md_close, md_query, md_mem_reg, md_mem_dereg, md_mkey_pack>();
 
 /*
  * The device's verbs context as librdmacm opened it: the data QPs are
@@ -312,8 +294,7 @@ MemoryDomain::MemoryDomain(uct_component_t *component, const std::string &device
     if (config.rcache != UCS_NO) {
         ucs_rcache_params_t params = {};
         params.region_struct_size  = sizeof(RcacheRegion);
-        params.alignment           = ucs_get_page_size();
-        params.max_alignment       = ucs_get_page_size();
+        compat::set_rcache_alignment(&params, ucs_get_page_size());
         params.ucm_events          = UCM_EVENT_VM_UNMAPPED | UCM_EVENT_MEM_TYPE_FREE;
         params.ucm_event_priority  = 1000;
         params.ops                 = &rcache_ops;
@@ -343,20 +324,21 @@ MemoryDomain::~MemoryDomain()
     }
 }
 
-void MemoryDomain::query(compat::md_attr_t *attr) const
+void MemoryDomain::query(compat::MdCaps *caps) const
 {
-    std::memset(attr, 0, sizeof(*attr));
-    attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_MEMH | UCT_MD_FLAG_NEED_RKEY;
-    attr->cap.max_alloc        = 0;
-    attr->cap.max_reg          = SIZE_MAX;
-    attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->cap.detect_mem_types = 0;
-    attr->cap.alloc_mem_types  = 0;
-    attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->rkey_packed_size     = kRkeyPackedSize;
+    caps->flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_MEMH | UCT_MD_FLAG_NEED_RKEY;
+    caps->max_alloc        = 0;
+    caps->max_reg          = SIZE_MAX;
+    caps->reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    caps->detect_mem_types = 0;
+    caps->alloc_mem_types  = 0;
+    caps->access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    /* UCP need not cache registrations this domain caches itself */
+    caps->cache_mem_types  = (rcache_ != nullptr) ? UCS_BIT(UCS_MEMORY_TYPE_HOST) : 0;
+    caps->rkey_packed_size = kRkeyPackedSize;
     /* pinning cost, in the order of what verbs providers show */
-    attr->reg_cost             = ucs_linear_func_make(16e-6, 0.06e-9);
-    attr->local_cpus           = local_cpus_;
+    caps->reg_cost         = ucs_linear_func_make(16e-6, 0.06e-9);
+    caps->local_cpus       = local_cpus_;
 }
 
 ucs_status_t open(uct_component_t *component, const char *md_name,

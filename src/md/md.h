@@ -60,7 +60,7 @@ public:
     ibv_pd *pd() const { return pd_.get(); }
     ucs_rcache_t *rcache() const { return rcache_; }
 
-    void query(compat::md_attr_t *attr) const;
+    void query(compat::MdCaps *caps) const;
 
     /* where the device sits (whole machine when unknown or disabled) */
     const topo::DeviceLocality &locality() const { return locality_; }
