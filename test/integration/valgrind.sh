@@ -13,7 +13,10 @@ export XQP_EXPECT_DEVICE=$DEV XQP_TEST_DATA_DIR=$XQP_SRCDIR/test/data
 export UCX_XQP_CONNECT_TIMEOUT=300s XQP_TEST_TIMEOUT=300
 WORK=$(mktemp -d /tmp/xqp-vg.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-VG=(valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
+# --fair-sched=yes: valgrind runs one thread at a time, and without it a
+# thread that busy-polls (the tests' progress loops) can keep the others,
+# such as UCX's async thread that runs the connection setup, off the CPU
+VG=(valgrind --fair-sched=yes --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
     --num-callers=30 --suppressions="$XQP_SRCDIR/test/valgrind.supp")
 passed=0 failed=0
 
