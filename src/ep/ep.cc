@@ -452,6 +452,38 @@ ucs_status_t Endpoint::get_zcopy(const uct_iov_t *iov, size_t iovcnt, uint64_t r
     return rdma_zcopy(IBV_WR_RDMA_READ, iov, iovcnt, remote_addr, rkey, comp);
 }
 
+ucs_status_t Endpoint::check(uct_completion_t *comp)
+{
+    const State st = state();
+    if (st == State::Failed) {
+        return fail_status_; /* known: the error handler has it too */
+    }
+    if (st != State::Connected) {
+        return UCS_ERR_NO_RESOURCE; /* the connect timeout bounds this phase */
+    }
+    if ((outstanding_ > 0) && (comp == nullptr)) {
+        /* requests in flight: a dead peer fails them (RC retry timeout) and
+         * the error handler runs; a probe would say nothing more */
+        return UCS_OK;
+    }
+    ucs_status_t status = tx_check();
+    if (status != UCS_OK) {
+        return status;
+    }
+    /* the probe: a zero-length RDMA WRITE (no address or key needed), which
+     * the peer's HCA acknowledges; a peer that is gone makes it fail with a
+     * retry error after the QP's timeout, and the endpoint with it */
+    iface::TxOp *op = iface_->get_op();
+    op->comp        = comp;
+    ibv_send_wr wr  = {};
+    set_rdma(wr, IBV_WR_RDMA_WRITE, 0, 0);
+    status = post(&wr, op);
+    if (status != UCS_OK) {
+        return status;
+    }
+    return (comp != nullptr) ? UCS_INPROGRESS : UCS_OK;
+}
+
 /* active messages: SEND with the AM id as immediate data (see the receive
  * side in iface.cc). Flow control: all connections of an interface share one
  * receive queue, and the QPs retry forever on RNR (rnr_retry 7), so a burst
@@ -649,14 +681,12 @@ ucs_status_t ep_fence(uct_ep_h ep, unsigned)
     return UCS_OK;
 }
 
-ucs_status_t ep_check(uct_ep_h ep, unsigned flags, uct_completion_t *)
+ucs_status_t ep_check(uct_ep_h ep, unsigned flags, uct_completion_t *comp)
 {
     if (flags != 0) {
         return UCS_ERR_INVALID_PARAM;
     }
-    /* a failure is reported through the error handler; nothing to probe yet */
-    (void)Endpoint::from_unchecked(ep);
-    return UCS_OK;
+    return Endpoint::from_unchecked(ep)->check(comp);
 }
 
 ucs_status_t ep_pending_add(uct_ep_h ep, uct_pending_req_t *req, unsigned flags)

@@ -77,6 +77,8 @@ public:
     bool has_pending() const { return !ucs_queue_is_empty(&pending_); }
     /* runs pending requests while resources last; returns how many ran */
     unsigned dispatch();
+    /* uct_ep_check: the status when known, otherwise a probe on the wire */
+    ucs_status_t check(uct_completion_t *comp);
     ucs_status_t pending_add(uct_pending_req_t *req, unsigned flags);
     void pending_purge(uct_pending_purge_callback_t cb, void *arg);
 

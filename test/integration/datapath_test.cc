@@ -1428,6 +1428,37 @@ TEST_F(Datapath, IfaceFlush)
     EXPECT_TRUE(same_bytes(remote.ptr(), data.data(), size, "put before iface flush"));
 }
 
+TEST_F(Datapath, EpCheckProbesTheConnection)
+{
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_ep_check(ep(), 1, nullptr)) << "no flags defined";
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    EXPECT_TRUE(attr().cap.flags & UCT_IFACE_FLAG_EP_CHECK);
+
+    /* idle connection: a probe goes on the wire, the peer acknowledges it */
+    Comp comp;
+    ASSERT_EQ(UCS_INPROGRESS, uct_ep_check(ep(), 0, &comp.uct));
+    EXPECT_EQ(UCS_INPROGRESS, uct_ep_flush(ep(), 0, nullptr)) << "the probe is outstanding";
+    ASSERT_TRUE(b_->wait_for([&] { return comp.calls > 0; }));
+    EXPECT_EQ(1, comp.calls);
+    EXPECT_EQ(UCS_OK, comp.status);
+    EXPECT_EQ(UCS_OK, uct_ep_check(ep(), 0, nullptr));
+    EXPECT_EQ(UCS_OK, b_->flush(ep()));
+
+    /* a connection whose peer went away: the known error, at once */
+    uct_iface_h gone = nullptr;
+    ASSERT_EQ(UCS_OK, b_->open_iface(kRxHeadroom, nullptr, &gone));
+    uct_ep_h ep2 = nullptr;
+    ASSERT_EQ(UCS_OK, b_->connect(b_->sender, gone, &ep2));
+    uct_iface_close(gone); /* disconnects its side */
+    ASSERT_TRUE(b_->wait_for([&] { return b_->ep_errors.size() > errors_at_start_; }));
+    EXPECT_EQ(ep2, b_->ep_errors.back().first);
+    const ucs_status_t failed = b_->ep_errors.back().second;
+    EXPECT_NE(UCS_OK, failed);
+    EXPECT_EQ(failed, uct_ep_check(ep2, 0, nullptr));
+    uct_ep_destroy(ep2);
+    errors_at_start_ = b_->ep_errors.size(); /* that error was the point */
+}
+
 /* ------------------------------------------------------------------ pending */
 
 struct PendingOp {
