@@ -34,9 +34,9 @@ ucs_config_field_t config_table[] = {
      "reuse it for the same pages (invalidated when they are unmapped):\n"
      " yes - use it, fail when it cannot be created\n"
      " try - use it when it can be created\n"
-     " no  - register and deregister every time (access rights exactly as\n"
-     "       requested; cached regions carry every access right because they\n"
-     "       are shared between registrations)",
+     " no  - register and deregister every time\n"
+     "Either way a registration grants exactly the access rights requested\n"
+     "(one cache per set of rights).",
      ucs_offsetof(Config, rcache), UCS_CONFIG_TYPE_TERNARY},
 
     {"TOPO_XML", "",
@@ -93,10 +93,11 @@ static ibv_mr *register_mr(MemoryDomain *md, void *address, size_t length, int a
 static ucs_status_t md_mem_reg(uct_md_h md, void *address, size_t length, unsigned flags,
                                uct_mem_h *memh_p)
 {
-    auto *self = MemoryDomain::from(md);
-    if (self->rcache() != nullptr) {
+    auto *self       = MemoryDomain::from(md);
+    const int access = access_flags(flags);
+    if (ucs_rcache_t *rcache = self->rcache(access)) {
         ucs_rcache_region_t *region;
-        const ucs_status_t status = compat::rcache_get(self->rcache(), address, length,
+        const ucs_status_t status = compat::rcache_get(rcache, address, length,
                                                        ucs_get_page_size(),
                                                        PROT_READ | PROT_WRITE, &flags, &region);
         if (status != UCS_OK) {
@@ -105,8 +106,7 @@ static ucs_status_t md_mem_reg(uct_md_h md, void *address, size_t length, unsign
         *memh_p = &reinterpret_cast<RcacheRegion *>(region)->memh;
         return UCS_OK;
     }
-    ibv_mr *mr = register_mr(self, address, length, access_flags(flags),
-                             flags & UCT_MD_MEM_FLAG_HIDE_ERRORS);
+    ibv_mr *mr = register_mr(self, address, length, access, flags & UCT_MD_MEM_FLAG_HIDE_ERRORS);
     if (mr == nullptr) {
         return UCS_ERR_IO_ERROR;
     }
@@ -118,15 +118,14 @@ static ucs_status_t md_mem_reg(uct_md_h md, void *address, size_t length, unsign
     return UCS_OK;
 }
 
-static ucs_status_t md_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
+static ucs_status_t md_mem_dereg(uct_md_h, const uct_md_mem_dereg_params_t *params)
 {
     UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
-    auto *self = MemoryDomain::from(md);
     auto *memh = static_cast<Memh *>(params->memh);
-    if (self->rcache() != nullptr) {
+    if (memh->rcache != nullptr) {
         auto *region = reinterpret_cast<RcacheRegion *>(reinterpret_cast<char *>(memh) -
                                                         offsetof(RcacheRegion, memh));
-        ucs_rcache_region_put(self->rcache(), &region->super);
+        ucs_rcache_region_put(memh->rcache, &region->super);
         return UCS_OK;
     }
     const int ret = ibv_dereg_mr(memh->mr);
@@ -146,18 +145,20 @@ static ucs_status_t md_mkey_pack(uct_md_h, uct_mem_h memh, const uct_md_mkey_pac
 }
 
 /* registration cache callbacks: a cached region is shared by later
- * registrations of the same pages, whatever access they ask for */
-static ucs_status_t rcache_mem_reg(void *context, ucs_rcache_t *, void *arg,
+ * registrations of the same pages with the same access rights (the cache
+ * of their slot) */
+static ucs_status_t rcache_mem_reg(void *context, ucs_rcache_t *rcache, void *arg,
                                    ucs_rcache_region_t *rregion, uint16_t rcache_flags)
 {
-    auto *md     = static_cast<MemoryDomain *>(context);
+    auto *slot   = static_cast<MemoryDomain::RcacheSlot *>(context);
     auto *region = reinterpret_cast<RcacheRegion *>(rregion);
     const unsigned uct_flags = *static_cast<unsigned *>(arg);
     const bool silent = (rcache_flags & UCS_RCACHE_MEM_REG_HIDE_ERRORS) ||
                         (uct_flags & UCT_MD_MEM_FLAG_HIDE_ERRORS);
-    region->memh.mr = register_mr(md, reinterpret_cast<void *>(rregion->super.start),
-                                  rregion->super.end - rregion->super.start,
-                                  access_flags(UCT_MD_MEM_ACCESS_ALL), silent);
+    region->memh.mr     = register_mr(slot->md, reinterpret_cast<void *>(rregion->super.start),
+                                      rregion->super.end - rregion->super.start, slot->access,
+                                      silent);
+    region->memh.rcache = rcache;
     return (region->memh.mr != nullptr) ? UCS_OK : UCS_ERR_IO_ERROR;
 }
 
@@ -291,36 +292,73 @@ MemoryDomain::MemoryDomain(uct_component_t *component, const std::string &device
     }
     ucs_debug("xqp: locality %s", topo::format_line(locality_).c_str());
 
+    for (size_t i = 0; i < kAccessSets; ++i) {
+        rcaches_[i].md     = this;
+        rcaches_[i].access = IBV_ACCESS_LOCAL_WRITE | static_cast<int>(i << 1);
+    }
     if (config.rcache != UCS_NO) {
-        ucs_rcache_params_t params = {};
-        params.region_struct_size  = sizeof(RcacheRegion);
-        compat::set_rcache_alignment(&params, ucs_get_page_size());
-        params.ucm_events          = UCM_EVENT_VM_UNMAPPED | UCM_EVENT_MEM_TYPE_FREE;
-        params.ucm_event_priority  = 1000;
-        params.ops                 = &rcache_ops;
-        params.context             = this;
-        params.flags               = UCS_RCACHE_FLAG_PURGE_ON_FORK;
-        params.max_regions         = ULONG_MAX;
-        params.max_size            = SIZE_MAX;
-        params.max_unreleased      = SIZE_MAX;
-        const std::string name     = "xqp_" + device_name;
-        const ucs_status_t status  = ucs_rcache_create(&params, name.c_str(), nullptr, &rcache_);
-        if (status != UCS_OK) {
-            rcache_ = nullptr;
-            if (config.rcache == UCS_YES) {
-                throw Error(status, "UCX_XQP_RCACHE=yes but the registration cache cannot be "
-                                    "created: " + std::string(ucs_status_string(status)));
-            }
-            ucs_debug("xqp: %s: no registration cache (%s); registering directly",
-                      device_name.c_str(), ucs_status_string(status));
+        /* the cache for every right (UCP's usual request) now: whether
+         * caches can be made at all is known at open */
+        const int all = access_flags(UCT_MD_MEM_ACCESS_ALL);
+        if (create_rcache(rcaches_[(all >> 1) & 7]) != nullptr) {
+            rcache_enabled_ = true;
+        } else if (config.rcache == UCS_YES) {
+            throw Error(UCS_ERR_NO_RESOURCE,
+                        "UCX_XQP_RCACHE=yes but the registration cache cannot be created");
+        } else {
+            ucs_debug("xqp: %s: no registration cache; registering directly",
+                      device_name.c_str());
         }
     }
 }
 
+ucs_rcache_t *MemoryDomain::create_rcache(RcacheSlot &slot)
+{
+    ucs_rcache_params_t params = {};
+    params.region_struct_size  = sizeof(RcacheRegion);
+    compat::set_rcache_alignment(&params, ucs_get_page_size());
+    params.ucm_events          = UCM_EVENT_VM_UNMAPPED | UCM_EVENT_MEM_TYPE_FREE;
+    params.ucm_event_priority  = 1000;
+    params.ops                 = &rcache_ops;
+    params.context             = &slot;
+    params.flags               = UCS_RCACHE_FLAG_PURGE_ON_FORK;
+    params.max_regions         = ULONG_MAX;
+    params.max_size            = SIZE_MAX;
+    params.max_unreleased      = SIZE_MAX;
+    const std::string name     = "xqp_" + device_name_ + "_" + std::to_string(slot.access);
+    ucs_rcache_t *rcache       = nullptr;
+    const ucs_status_t status  = ucs_rcache_create(&params, name.c_str(), nullptr, &rcache);
+    if (status != UCS_OK) {
+        ucs_debug("xqp: %s: cannot create registration cache %s: %s", device_name_.c_str(),
+                  name.c_str(), ucs_status_string(status));
+        return nullptr;
+    }
+    slot.rcache.store(rcache, std::memory_order_release);
+    return rcache;
+}
+
+ucs_rcache_t *MemoryDomain::rcache(int access)
+{
+    if (!rcache_enabled_) {
+        return nullptr;
+    }
+    RcacheSlot &slot   = rcaches_[(access >> 1) & 7];
+    ucs_rcache_t *rcache = slot.rcache.load(std::memory_order_acquire);
+    if (ucs_likely(rcache != nullptr)) {
+        return rcache;
+    }
+    std::lock_guard<std::mutex> lock(rcache_mutex_);
+    rcache = slot.rcache.load(std::memory_order_acquire);
+    /* when this set's cache cannot be made, its registrations go direct */
+    return (rcache != nullptr) ? rcache : create_rcache(slot);
+}
+
 MemoryDomain::~MemoryDomain()
 {
-    if (rcache_ != nullptr) {
-        ucs_rcache_destroy(rcache_);
+    for (auto &slot : rcaches_) {
+        if (ucs_rcache_t *rcache = slot.rcache.load()) {
+            ucs_rcache_destroy(rcache);
+        }
     }
 }
 
@@ -334,7 +372,7 @@ void MemoryDomain::query(compat::MdCaps *caps) const
     caps->alloc_mem_types  = 0;
     caps->access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     /* UCP need not cache registrations this domain caches itself */
-    caps->cache_mem_types  = (rcache_ != nullptr) ? UCS_BIT(UCS_MEMORY_TYPE_HOST) : 0;
+    caps->cache_mem_types  = rcache_enabled_ ? UCS_BIT(UCS_MEMORY_TYPE_HOST) : 0;
     caps->rkey_packed_size = kRkeyPackedSize;
     /* pinning cost, in the order of what verbs providers show */
     caps->reg_cost         = ucs_linear_func_make(16e-6, 0.06e-9);

@@ -8,6 +8,9 @@
 #include "topology/topology.h"
 #include "verbs/handles.h"
 
+#include <array>
+#include <atomic>
+#include <mutex>
 #include <string>
 
 namespace xqp::md {
@@ -26,7 +29,8 @@ extern ucs_config_field_t config_table[];
 
 /* What a uct_mem_h of xqp points to. */
 struct Memh {
-    ibv_mr *mr;
+    ibv_mr       *mr;
+    ucs_rcache_t *rcache = nullptr; /* the cache holding it; none: registered directly */
 };
 
 /* A region of the registration cache, holding its registration. */
@@ -58,7 +62,9 @@ public:
     const std::string &device_name() const { return device_name_; }
     ibv_context *context() const { return context_; }
     ibv_pd *pd() const { return pd_.get(); }
-    ucs_rcache_t *rcache() const { return rcache_; }
+    /* the registration cache for one set of ibv access flags (created on
+     * first use), or nullptr: register directly */
+    ucs_rcache_t *rcache(int access);
 
     void query(compat::MdCaps *caps) const;
 
@@ -75,7 +81,24 @@ private:
     topo::DeviceLocality locality_;
     ucs_sys_device_t   sys_device_;
     ucs_cpu_set_t      local_cpus_;
-    ucs_rcache_t      *rcache_ = nullptr; /* registration cache, or direct registration */
+    /* One registration cache per set of access rights, so that a cached
+     * registration grants exactly what its users asked for: regions are
+     * shared by later registrations of the same pages, and a single cache
+     * would have to register every region with every right. Indexed by the
+     * remote rights (write, read, atomic); local write is always there. */
+public:
+    struct RcacheSlot {
+        MemoryDomain                *md     = nullptr;
+        int                          access = 0;
+        std::atomic<ucs_rcache_t *>  rcache{nullptr};
+    };
+
+private:
+    ucs_rcache_t *create_rcache(RcacheSlot &slot);
+    static constexpr size_t kAccessSets = 8;
+    std::array<RcacheSlot, kAccessSets> rcaches_;
+    std::mutex         rcache_mutex_;      /* creation of a slot's cache */
+    bool               rcache_enabled_ = false;
 };
 
 /* A packed remote key: a tag (so that foreign or corrupt keys are refused)

@@ -517,16 +517,22 @@ public:
 /* registered memory with its unpacked remote key */
 class Region {
 public:
-    Region(Bed &bed, size_t length) : bed_(bed), length_(length)
+    /* registers length bytes of its own, or of shared (which it does not own)
+     * with the given access rights */
+    Region(Bed &bed, size_t length, unsigned access = UCT_MD_MEM_ACCESS_ALL,
+           uint8_t *shared = nullptr)
+        : bed_(bed), length_(length), owned_(shared == nullptr)
     {
         const size_t alloc = (length + 4095) / 4096 * 4096;
-        base_ = static_cast<uint8_t *>(std::aligned_alloc(4096, alloc));
+        base_ = owned_ ? static_cast<uint8_t *>(std::aligned_alloc(4096, alloc)) : shared;
         if (base_ == nullptr) {
             status_ = UCS_ERR_NO_MEMORY;
             return;
         }
-        std::memset(base_, kGuardByte, alloc);
-        status_ = uct_md_mem_reg(bed.md, base_, length, UCT_MD_MEM_ACCESS_ALL, &memh_);
+        if (owned_) {
+            std::memset(base_, kGuardByte, alloc);
+        }
+        status_ = uct_md_mem_reg(bed.md, base_, length, access, &memh_);
         if (status_ != UCS_OK) {
             memh_ = UCT_MEM_HANDLE_NULL;
             return;
@@ -547,7 +553,9 @@ public:
         if (memh_ != UCT_MEM_HANDLE_NULL) {
             uct_md_mem_dereg(bed_.md, memh_);
         }
-        std::free(base_);
+        if (owned_) {
+            std::free(base_);
+        }
     }
     Region(const Region &) = delete;
     Region &operator=(const Region &) = delete;
@@ -563,6 +571,7 @@ public:
 private:
     Bed              &bed_;
     size_t            length_;
+    bool              owned_    = true;
     uint8_t          *base_     = nullptr;
     uct_mem_h         memh_     = UCT_MEM_HANDLE_NULL;
     std::vector<uint8_t> packed_;
@@ -1456,6 +1465,51 @@ TEST_F(Datapath, EpCheckProbesTheConnection)
     EXPECT_NE(UCS_OK, failed);
     EXPECT_EQ(failed, uct_ep_check(ep2, 0, nullptr));
     uct_ep_destroy(ep2);
+    errors_at_start_ = b_->ep_errors.size(); /* that error was the point */
+}
+
+TEST_F(Datapath, CachedRegistrationsKeepTheirAccessRights)
+{
+    /* the same pages registered for everything and for remote reads only:
+     * with the registration cache (the default) the second must neither
+     * share the first's registration nor be widened by it */
+    const size_t size = 4096;
+    Region all(*b_, size);
+    Region read_only(*b_, size, UCT_MD_MEM_ACCESS_REMOTE_GET, all.ptr());
+    ASSERT_EQ(UCS_OK, all.status());
+    ASSERT_EQ(UCS_OK, read_only.status());
+    EXPECT_NE(all.packed(), read_only.packed()) << "one registration for both";
+    const std::vector<uint8_t> data = make_pattern(size, 42);
+    std::memcpy(all.ptr(), data.data(), size);
+
+    /* reading through the read-only key works */
+    Region dst(*b_, size);
+    ASSERT_EQ(UCS_OK, dst.status());
+    uct_iov_t iov = {dst.ptr(), size, dst.memh(), 0, 1};
+    Comp comp;
+    ASSERT_EQ(UCS_INPROGRESS, b_->post([&]() -> ssize_t {
+        return uct_ep_get_zcopy(ep(), &iov, 1, read_only.addr(), read_only.rkey(), &comp.uct);
+    }));
+    ASSERT_TRUE(b_->wait_for([&] { return comp.calls > 0; }));
+    EXPECT_EQ(UCS_OK, comp.status);
+    EXPECT_TRUE(same_bytes(dst.ptr(), data.data(), size, "get through the read-only key"));
+
+    /* writing through it is refused by the target's HCA: the connection
+     * fails (one of its own, the test bed's stays healthy) */
+    uct_iface_h target = nullptr;
+    ASSERT_EQ(UCS_OK, b_->open_iface(kRxHeadroom, nullptr, &target));
+    uct_ep_h writer = nullptr;
+    ASSERT_EQ(UCS_OK, b_->connect(b_->sender, target, &writer));
+    const uint64_t word = 0x1122334455667788ull;
+    ASSERT_EQ(UCS_OK, b_->post([&]() -> ssize_t {
+        return uct_ep_put_short(writer, &word, sizeof(word), read_only.addr(), read_only.rkey());
+    }));
+    ASSERT_TRUE(b_->wait_for([&] { return b_->ep_errors.size() > errors_at_start_; }));
+    EXPECT_EQ(writer, b_->ep_errors.back().first);
+    EXPECT_NE(UCS_OK, b_->ep_errors.back().second);
+    EXPECT_TRUE(same_bytes(all.ptr(), data.data(), size, "after the refused put"));
+    uct_ep_destroy(writer);
+    uct_iface_close(target);
     errors_at_start_ = b_->ep_errors.size(); /* that error was the point */
 }
 
