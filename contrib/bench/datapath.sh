@@ -76,20 +76,17 @@ median() {
 }
 
 declare -A all
+# name transport test size mode field (1: median latency, 2: bandwidth)
+measures=("x_put_lat xqp put_lat 8 short 1" "r_put_lat rc_verbs put_lat 8 short 1"
+          "x_am_lat xqp am_lat 8 short 1" "r_am_lat rc_verbs am_lat 8 short 1"
+          "x_put_bw xqp put_bw 65536 zcopy 2" "r_put_bw rc_verbs put_bw 65536 zcopy 2")
 rounds=${XQP_BENCH_ROUNDS:-3}
 for _ in $(seq "$rounds"); do
-    read -r v _ < <(uct_perf xqp put_lat 8 short) || fail "xqp put_lat"
-    all[x_put_lat]+=" $v"
-    read -r v _ < <(uct_perf rc_verbs put_lat 8 short) || fail "rc_verbs put_lat"
-    all[r_put_lat]+=" $v"
-    read -r v _ < <(uct_perf xqp am_lat 8 short) || fail "xqp am_lat"
-    all[x_am_lat]+=" $v"
-    read -r v _ < <(uct_perf rc_verbs am_lat 8 short) || fail "rc_verbs am_lat"
-    all[r_am_lat]+=" $v"
-    read -r _ v < <(uct_perf xqp put_bw 65536 zcopy) || fail "xqp put_bw"
-    all[x_put_bw]+=" $v"
-    read -r _ v < <(uct_perf rc_verbs put_bw 65536 zcopy) || fail "rc_verbs put_bw"
-    all[r_put_bw]+=" $v"
+    for m in "${measures[@]}"; do
+        read -r key tl test size mode field <<< "$m"
+        r=$(uct_perf "$tl" "$test" "$size" "$mode") || fail "$tl $test"
+        all[$key]+=" $(echo "$r" | awk -v f="$field" '{ print $f }')"
+    done
     v=$(ib_perf ib_write_lat 8) || fail "ib_write_lat"
     all[p_lat]+=" $v"
     v=$(ib_perf ib_write_bw 65536) || fail "ib_write_bw"
