@@ -11,6 +11,8 @@
 
 namespace xqp::ep {
 
+static void set_rdma(ibv_send_wr &wr, ibv_wr_opcode opcode, uint64_t remote_addr, uct_rkey_t rkey);
+
 static ucs_queue_elem_t *pending_elem(uct_pending_req_t *req)
 {
     static_assert(sizeof(ucs_queue_elem_t) <= UCT_PENDING_REQ_PRIV_LEN, "fits in priv");
@@ -50,8 +52,12 @@ Endpoint::~Endpoint()
          * async thread may run again as soon as the lock is released */
         conn_.close();
         /* requests still in flight end with a flush error: collect them before
-         * the QP (owned by conn_) is destroyed */
+         * the QP (owned by conn_) is destroyed. Unsignaled ones that already
+         * completed report nothing: a marker after them does. */
         if ((outstanding_ > 0) && (conn_.qp() != nullptr)) {
+            if ((unsignaled_ > 0) && (tx_credits_ > 0) && iface_->has_free_op()) {
+                post_marker(nullptr); /* on a failed QP it completes with a flush error */
+            }
             ibv_qp_attr attr = {};
             attr.qp_state    = IBV_QPS_ERR;
             ibv_modify_qp(conn_.qp(), &attr, IBV_QP_STATE);
@@ -178,7 +184,17 @@ ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *comp)
             return UCS_OK;
         }
         /* RC completes in order: the flush is done when the request posted
-         * last completes */
+         * last completes; when that one is unsignaled, a signaled marker
+         * after it reports it */
+        if (unsignaled_ > 0) {
+            if (tx_check() != UCS_OK) {
+                return UCS_ERR_NO_RESOURCE;
+            }
+            const ucs_status_t status = post_marker(nullptr);
+            if (status != UCS_OK) {
+                return status;
+            }
+        }
         if (comp != nullptr) {
             flushes_.emplace_back(posted_sn_, comp);
         }
@@ -253,31 +269,62 @@ ucs_status_t Endpoint::tx_check_all() const
 
 ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
 {
-    op->ep          = this;
-    wr->wr_id       = reinterpret_cast<uintptr_t>(op);
-    wr->send_flags |= IBV_SEND_SIGNALED | (fence_next_ ? IBV_SEND_FENCE : 0);
+    const uint64_t sn = posted_sn_ + 1;
+    /* selective signaling: a request that needs nothing at completion goes
+     * unsignaled, but one in every iface_->tx_moderation() is signaled so
+     * that its completion returns the send queue slots of those before it */
+    if ((op == nullptr) && (unsignaled_ + 1 >= iface_->tx_moderation())) {
+        op = iface_->get_op(); /* tx_check() made sure there is one */
+    }
+    if (op != nullptr) {
+        op->ep          = this;
+        op->sn          = sn;
+        wr->wr_id       = reinterpret_cast<uintptr_t>(op);
+        wr->send_flags |= IBV_SEND_SIGNALED;
+    } else {
+        wr->wr_id = (sn << 1) | 1;
+    }
+    wr->send_flags |= fence_next_ ? IBV_SEND_FENCE : 0;
     ibv_send_wr *bad = nullptr;
     const int ret    = ibv_post_send(conn_.qp(), wr, &bad);
     if (ucs_unlikely(ret != 0)) {
         ucs_error("xqp: ep %p: ibv_post_send: %s", this, strerror(ret));
-        if (op->buf != nullptr) {
-            iface_->tx_pool().put(op->buf);
+        if (op != nullptr) {
+            if (op->buf != nullptr) {
+                iface_->tx_pool().put(op->buf);
+            }
+            iface_->put_op(op);
         }
-        iface_->put_op(op);
         return UCS_ERR_IO_ERROR;
     }
     fence_next_ = false;
+    unsignaled_ = (op != nullptr) ? 0 : (unsignaled_ + 1);
     --tx_credits_;
     ++outstanding_;
-    ++posted_sn_;
+    posted_sn_ = sn;
     return UCS_OK;
 }
 
-void Endpoint::on_send_completion(ucs_status_t status, ibv_wc_status wc_status)
+ucs_status_t Endpoint::post_marker(uct_completion_t *comp)
 {
-    ++tx_credits_;
-    --outstanding_;
-    ++completed_sn_;
+    /* no address or key needed for zero bytes; the peer's HCA acknowledges
+     * it like any write */
+    iface::TxOp *op = iface_->get_op();
+    op->comp        = comp;
+    ibv_send_wr wr  = {};
+    set_rdma(wr, IBV_WR_RDMA_WRITE, 0, 0);
+    return post(&wr, op);
+}
+
+void Endpoint::on_send_completion(ucs_status_t status, ibv_wc_status wc_status, uint64_t sn)
+{
+    if (sn <= completed_sn_) {
+        return; /* retired already by a later completion (cannot happen: in order) */
+    }
+    const auto retired = static_cast<unsigned>(sn - completed_sn_);
+    tx_credits_  += retired;
+    outstanding_ -= retired;
+    completed_sn_ = sn;
     if (ucs_unlikely((status != UCS_OK) && !destroying_)) {
         if (state() != State::Failed) {
             /* the first error of a live connection: say what happened */
@@ -353,7 +400,7 @@ ucs_status_t Endpoint::put_short(const void *buffer, unsigned length, uint64_t r
     wr.num_sge     = 1;
     wr.send_flags  = IBV_SEND_INLINE;
     set_rdma(wr, IBV_WR_RDMA_WRITE, remote_addr, rkey);
-    return post(&wr, iface_->get_op());
+    return post(&wr, nullptr);
 }
 
 ssize_t Endpoint::bcopy(uct_pack_callback_t pack_cb, void *arg, ibv_send_wr *wr)
@@ -470,14 +517,10 @@ ucs_status_t Endpoint::check(uct_completion_t *comp)
     if (status != UCS_OK) {
         return status;
     }
-    /* the probe: a zero-length RDMA WRITE (no address or key needed), which
-     * the peer's HCA acknowledges; a peer that is gone makes it fail with a
-     * retry error after the QP's timeout, and the endpoint with it */
-    iface::TxOp *op = iface_->get_op();
-    op->comp        = comp;
-    ibv_send_wr wr  = {};
-    set_rdma(wr, IBV_WR_RDMA_WRITE, 0, 0);
-    status = post(&wr, op);
+    /* the probe: a zero-length RDMA WRITE, which the peer's HCA
+     * acknowledges; a peer that is gone makes it fail with a retry error
+     * after the QP's timeout, and the endpoint with it */
+    status = post_marker(comp);
     if (status != UCS_OK) {
         return status;
     }
@@ -512,7 +555,7 @@ ucs_status_t Endpoint::am_short(uint8_t id, uint64_t header, const void *payload
     wr.num_sge     = (length > 0) ? 2 : 1;
     wr.send_flags  = IBV_SEND_INLINE;
     set_send(wr, id);
-    return post(&wr, iface_->get_op());
+    return post(&wr, nullptr);
 }
 
 ucs_status_t Endpoint::am_short_iov(uint8_t id, const uct_iov_t *iov, size_t iovcnt)
@@ -543,7 +586,7 @@ ucs_status_t Endpoint::am_short_iov(uint8_t id, const uct_iov_t *iov, size_t iov
     wr.num_sge     = num_sge;
     wr.send_flags  = IBV_SEND_INLINE;
     set_send(wr, id);
-    return post(&wr, iface_->get_op());
+    return post(&wr, nullptr);
 }
 
 ssize_t Endpoint::am_bcopy(uint8_t id, uct_pack_callback_t pack_cb, void *arg)

@@ -72,8 +72,10 @@ public:
                           uint64_t remote_addr, uct_rkey_t rkey, uint64_t *result,
                           uct_completion_t *comp);
 
-    /* a signaled request of this endpoint completed */
-    void on_send_completion(ucs_status_t status, ibv_wc_status wc_status);
+    /* the request with sequence number sn completed, and with it every
+     * request posted before it */
+    void on_send_completion(ucs_status_t status, ibv_wc_status wc_status, uint64_t sn);
+    ibv_qp *qp() const { return conn_.qp(); }
     bool has_pending() const { return !ucs_queue_is_empty(&pending_); }
     /* runs pending requests while resources last; returns how many ran */
     unsigned dispatch();
@@ -100,8 +102,12 @@ private:
     ucs_status_t tx_check() const;
     /* UCS_OK when any request, buffered ones included, can be posted now */
     ucs_status_t tx_check_all() const;
-    /* posts wr (signaled) with op as its completion context */
+    /* posts wr with op as its completion context (signaled); op nullptr:
+     * nothing to finish, posted unsignaled unless the moderation asks for a
+     * completion now */
     ucs_status_t post(ibv_send_wr *wr, iface::TxOp *op);
+    /* a signaled zero-length RDMA WRITE: completes the requests before it */
+    ucs_status_t post_marker(uct_completion_t *comp);
     void fail_datapath(ucs_status_t status);
     /* packs into a bounce buffer and posts wr (opcode set by the caller) */
     ssize_t bcopy(uct_pack_callback_t pack_cb, void *arg, ibv_send_wr *wr);
@@ -122,6 +128,7 @@ private:
     unsigned            outstanding_ = 0;
     uint64_t            posted_sn_   = 0;
     uint64_t            completed_sn_ = 0;
+    unsigned            unsignaled_   = 0; /* posted since the last signaled one */
     bool                fence_next_  = false;
     bool                destroying_  = false;
     /* flush completions, in posting order: (sequence to reach, completion) */

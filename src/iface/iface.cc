@@ -417,6 +417,9 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
         throw config_error("SEG_SIZE", std::to_string(config.seg_size), "must be 256 bytes..1G");
     }
     tx_queue_len_  = config.tx_queue_len;
+    /* a quarter of the send queue at most, so that slots come back long
+     * before it fills; 64 like UCX's verbs transports */
+    tx_moderation_ = std::max(1u, std::min(64u, config.tx_queue_len / 4));
     seg_size_      = config.seg_size;
     atomics_       = (dev_attr.atomic_cap != IBV_ATOMIC_NONE);
     max_send_sge_  = static_cast<uint32_t>(std::min(dev_attr.max_sge, 8));
@@ -775,9 +778,18 @@ void Iface::handle_recv_completion(const ibv_wc &wc)
      * posts it again */
 }
 
-void Iface::handle_send_completion(const ibv_wc &wc)
+ep::Endpoint *Iface::ep_of_qp(uint32_t qp_num) const
 {
-    auto *op = reinterpret_cast<TxOp *>(wc.wr_id);
+    for (auto *ep : eps_) {
+        if ((ep->qp() != nullptr) && (ep->qp()->qp_num == qp_num)) {
+            return ep;
+        }
+    }
+    return nullptr;
+}
+
+void Iface::handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining)
+{
     ucs_status_t status = UCS_OK;
     if (wc.status != IBV_WC_SUCCESS) {
         status = ((wc.status == IBV_WC_RETRY_EXC_ERR) || (wc.status == IBV_WC_RNR_RETRY_EXC_ERR)) ?
@@ -785,6 +797,20 @@ void Iface::handle_send_completion(const ibv_wc &wc)
                  (wc.status == IBV_WC_WR_FLUSH_ERR) ? UCS_ERR_CANCELED :
                                                       UCS_ERR_IO_ERROR;
     }
+    if (ucs_unlikely(wc.wr_id & 1)) {
+        /* an unsignaled request (see TxOp): only errors get here. Its
+         * endpoint may be gone already (destroyed while it failed). */
+        ep::Endpoint *ep = ((draining != nullptr) && (draining->qp() != nullptr) &&
+                            (draining->qp()->qp_num == wc.qp_num)) ?
+                                   draining :
+                                   ep_of_qp(wc.qp_num);
+        if (ep != nullptr) {
+            ep->on_send_completion(status, wc.status, wc.wr_id >> 1);
+        }
+        tx_returned_ = true;
+        return;
+    }
+    auto *op = reinterpret_cast<TxOp *>(wc.wr_id);
     if (status == UCS_OK) {
         if (op->kind == TxOp::Kind::GetBcopy) {
             op->unpack(op->unpack_arg, op->buf, op->length);
@@ -801,9 +827,10 @@ void Iface::handle_send_completion(const ibv_wc &wc)
         tx_pool_->put(op->buf);
     }
     ep::Endpoint *ep = op->ep;
+    const uint64_t sn = op->sn;
     put_op(op);
     if (ep != nullptr) {
-        ep->on_send_completion(status, wc.status);
+        ep->on_send_completion(status, wc.status, sn);
     }
     /* bounce buffers and TxOps are shared by all endpoints: any of them may
      * have been waiting for the ones just returned */
@@ -829,15 +856,16 @@ unsigned Iface::progress()
         }
     }
 
-    int n = ibv_poll_cq(send_cq_.get(), 16, wcs);
+    /* receives first: in a ping-pong the answer is what the caller waits for */
+    int n = ibv_poll_cq(recv_cq_.get(), 16, wcs);
     for (int i = 0; i < n; ++i) {
-        handle_send_completion(wcs[i]);
+        handle_recv_completion(wcs[i]);
     }
     count += (n > 0) ? n : 0;
 
-    n = ibv_poll_cq(recv_cq_.get(), 16, wcs);
+    n = ibv_poll_cq(send_cq_.get(), 16, wcs);
     for (int i = 0; i < n; ++i) {
-        handle_recv_completion(wcs[i]);
+        handle_send_completion(wcs[i]);
     }
     count += (n > 0) ? n : 0;
 
@@ -933,7 +961,7 @@ void Iface::drain(ep::Endpoint *ep)
     while ((ep->outstanding() > 0) && ep->qp_alive()) {
         const int n = ibv_poll_cq(send_cq_.get(), 16, wcs);
         for (int i = 0; i < n; ++i) {
-            handle_send_completion(wcs[i]);
+            handle_send_completion(wcs[i], ep);
         }
         if ((n <= 0) && (ucs_get_time() > deadline)) {
             ucs_warn("xqp: %s: %u requests of ep %p did not complete", resource_name_.c_str(),
@@ -948,8 +976,11 @@ void Iface::drain(ep::Endpoint *ep)
         }
     }
     for (auto &[from_recv_cq, wc] : stash_) {
+        if (from_recv_cq || (wc.wr_id & 1)) {
+            continue; /* no TxOp (unsignaled: found by QP number, which is gone) */
+        }
         auto *op = reinterpret_cast<TxOp *>(wc.wr_id);
-        if (!from_recv_cq && (op->ep == ep)) {
+        if (op->ep == ep) {
             op->ep = nullptr;
         }
     }

@@ -48,11 +48,19 @@ namespace xqp::iface {
 /*
  * One signaled work request in flight. wr_id points here; the completion
  * finds its endpoint, what to finish (user completion, bcopy unpack, fetched
- * atomic value) and the bounce buffer to return.
+ * atomic value) and the bounce buffer to return, and the endpoint's sequence
+ * number of the request: the send queue completes in order, so it also
+ * retires the unsignaled requests posted before it.
+ *
+ * Requests that need nothing at completion (inline puts and active
+ * messages) go unsignaled, with wr_id = (sequence << 1) | 1 (a TxOp address
+ * is even): only an error produces their completion, which then names the
+ * request by its sequence number and the endpoint by its QP.
  */
 struct TxOp {
     enum class Kind : uint8_t { Plain, GetBcopy, Fetch64 };
     ep::Endpoint         *ep     = nullptr;
+    uint64_t              sn     = 0;
     uct_completion_t     *comp   = nullptr;
     uint8_t              *buf    = nullptr;
     Kind                  kind   = Kind::Plain;
@@ -141,6 +149,8 @@ public:
     uint32_t max_send_sge() const { return max_send_sge_; }
     bool atomics() const { return atomics_; }
     uint32_t tx_queue_len() const { return tx_queue_len_; }
+    /* one request in this many is signaled when none needs a completion */
+    unsigned tx_moderation() const { return tx_moderation_; }
 
     /* add/remove with the wireup lock held */
     void add_ep(ep::Endpoint *ep) { eps_.push_back(ep); }
@@ -178,7 +188,9 @@ public:
 private:
     friend class WireupGuard;
 
-    void handle_send_completion(const ibv_wc &wc);
+    /* draining: the endpoint being destroyed (no longer in eps_) */
+    void handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining = nullptr);
+    ep::Endpoint *ep_of_qp(uint32_t qp_num) const;
     void handle_recv_completion(const ibv_wc &wc);
     void post_rx(uint8_t *buf);
     static void release_desc(uct_recv_desc_t *self, void *desc);
@@ -231,6 +243,7 @@ private:
     size_t              max_inline_  = 0;
     uint32_t            max_send_sge_ = 1;
     uint32_t            tx_queue_len_ = 0;
+    unsigned            tx_moderation_ = 1;
     bool                atomics_     = false;
     std::vector<ep::Endpoint *> eps_;
     std::vector<ep::Endpoint *> ready_;
