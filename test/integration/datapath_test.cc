@@ -1343,6 +1343,57 @@ struct FlushWitness {
     bool             bcopy_visible = false;
 };
 
+TEST_F(Datapath, UnsignaledRequestsAreFlushedAndRetired)
+{
+    /* inline puts need nothing at completion: most go unsignaled. A flush
+     * after a run that ends unsignaled still completes (a marker reports
+     * it), every send queue slot comes back, and the last bytes landed */
+    const size_t n = 3 * 64 + 5;
+    Region remote(*b_, n * sizeof(uint64_t));
+    ASSERT_EQ(UCS_OK, remote.status());
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    for (size_t round = 0; round < 2; ++round) {
+        for (size_t i = 0; i < n; ++i) {
+            const uint64_t v = (round << 32) | i;
+            ASSERT_EQ(UCS_OK, b_->post([&]() -> ssize_t {
+                return uct_ep_put_short(ep(), &v, sizeof(v), remote.addr(i * sizeof(v)),
+                                        remote.rkey());
+            })) << "put " << i;
+        }
+        Comp comp;
+        ucs_status_t status = UCS_ERR_NO_RESOURCE;
+        ASSERT_TRUE(b_->wait_for([&] {
+            status = uct_ep_flush(ep(), 0, &comp.uct);
+            return status != UCS_ERR_NO_RESOURCE;
+        }));
+        if (status == UCS_INPROGRESS) {
+            ASSERT_TRUE(b_->wait_for([&] { return comp.calls > 0; }));
+            EXPECT_EQ(UCS_OK, comp.status);
+        } else {
+            EXPECT_EQ(UCS_OK, status);
+        }
+        EXPECT_EQ(UCS_OK, uct_ep_flush(ep(), 0, nullptr)) << "nothing left outstanding";
+        for (size_t i = 0; i < n; ++i) {
+            uint64_t got;
+            std::memcpy(&got, remote.ptr(i * sizeof(got)), sizeof(got));
+            ASSERT_EQ((round << 32) | i, got) << "word " << i << " of round " << round;
+        }
+    }
+
+    /* an endpoint destroyed right after unsignaled requests: its teardown
+     * collects them (a marker before the QP is moved to the error state) */
+    uct_ep_h e = nullptr;
+    ASSERT_EQ(UCS_OK, b_->connect(b_->sender, b_->receiver, &e));
+    for (size_t i = 0; i < 5; ++i) {
+        const uint64_t v = ~i;
+        ASSERT_EQ(UCS_OK, b_->post([&]() -> ssize_t {
+            return uct_ep_put_short(e, &v, sizeof(v), remote.addr(i * sizeof(v)), remote.rkey());
+        }));
+    }
+    uct_ep_destroy(e);
+    EXPECT_EQ(UCS_OK, b_->flush(ep())) << "the test bed's endpoint is unaffected";
+}
+
 TEST_F(Datapath, EpFlushCompletesAfterEverythingPostedBefore)
 {
     const size_t big = kMiB;
