@@ -55,7 +55,7 @@ Endpoint::~Endpoint()
          * the QP (owned by conn_) is destroyed. Unsignaled ones that already
          * completed report nothing: a marker after them does. */
         if ((outstanding_ > 0) && (conn_.qp() != nullptr)) {
-            if ((unsignaled_ > 0) && (tx_credits_ > 0) && iface_->has_free_op()) {
+            if ((unsignaled_ > 0) && has_tx_resources()) {
                 post_marker(nullptr); /* on a failed QP it completes with a flush error */
             }
             ibv_qp_attr attr = {};
@@ -138,9 +138,9 @@ void Endpoint::on_log(wireup::Connection &, const std::string &line)
 void Endpoint::schedule_progress()
 {
     /* wireup lock held (async thread, or fail_datapath): pending requests
-     * and error handlers run in the application's progress, which the
-     * interface wakes up once the lock is released (WireupGuard). A dying
-     * endpoint schedules nothing. */
+     * and error handlers run in the application's progress, where the
+     * interface dispatches the endpoints listed here. A dying endpoint
+     * schedules nothing. */
     if (!destroying_) {
         iface_->schedule_dispatch(this);
     }
@@ -253,7 +253,7 @@ ucs_status_t Endpoint::tx_check() const
 {
     const State st = state();
     if (ucs_likely(st == State::Connected)) {
-        return ((tx_credits_ > 0) && iface_->has_free_op()) ? UCS_OK : UCS_ERR_NO_RESOURCE;
+        return has_tx_resources() ? UCS_OK : UCS_ERR_NO_RESOURCE;
     }
     return (st == State::Failed) ? fail_status_ : UCS_ERR_NO_RESOURCE;
 }

@@ -98,6 +98,8 @@ public:
 
 private:
     void schedule_progress();
+    /* a send queue slot and a TxOp, whatever the connection's state */
+    bool has_tx_resources() const { return (tx_credits_ > 0) && iface_->has_free_op(); }
     /* UCS_OK when a request can be posted now */
     ucs_status_t tx_check() const;
     /* UCS_OK when any request, buffered ones included, can be posted now */

@@ -889,9 +889,10 @@ unsigned Iface::progress()
         count += ep->dispatch();
     }
 
-    /* rdma_cm events the async thread could not deliver while the
-     * application held the async context run here */
-    if (ucs_unlikely(!ucs_mpmc_queue_is_empty(&async_->missed))) {
+    /* in the poll and signal modes our handlers belong to the worker's
+     * async context: events it could not deliver while the application
+     * held it run here (in the thread modes they never wait for it) */
+    if (ucs_unlikely((handler_async_ != nullptr) && !ucs_mpmc_queue_is_empty(&async_->missed))) {
         UCS_ASYNC_BLOCK(async_);
         ucs_async_check_miss(async_);
         UCS_ASYNC_UNBLOCK(async_);

@@ -295,12 +295,13 @@ MemoryDomain::MemoryDomain(uct_component_t *component, const std::string &device
     for (size_t i = 0; i < kAccessSets; ++i) {
         rcaches_[i].md     = this;
         rcaches_[i].access = IBV_ACCESS_LOCAL_WRITE | static_cast<int>(i << 1);
+        ucs_assert(&slot_of(rcaches_[i].access) == &rcaches_[i]);
     }
     if (config.rcache != UCS_NO) {
         /* the cache for every right (UCP's usual request) now: whether
          * caches can be made at all is known at open */
         const int all = access_flags(UCT_MD_MEM_ACCESS_ALL);
-        if (create_rcache(rcaches_[(all >> 1) & 7]) != nullptr) {
+        if (create_rcache(slot_of(all)) != nullptr) {
             rcache_enabled_ = true;
         } else if (config.rcache == UCS_YES) {
             throw Error(UCS_ERR_NO_RESOURCE,
@@ -342,7 +343,7 @@ ucs_rcache_t *MemoryDomain::rcache(int access)
     if (!rcache_enabled_) {
         return nullptr;
     }
-    RcacheSlot &slot   = rcaches_[(access >> 1) & 7];
+    RcacheSlot &slot   = slot_of(access);
     ucs_rcache_t *rcache = slot.rcache.load(std::memory_order_acquire);
     if (ucs_likely(rcache != nullptr)) {
         return rcache;

@@ -95,6 +95,9 @@ public:
 
 private:
     ucs_rcache_t *create_rcache(RcacheSlot &slot);
+    /* the slot of a set of ibv access flags: remote write, read and atomic
+     * (IBV_ACCESS_REMOTE_* are bits 1-3) make the index */
+    RcacheSlot &slot_of(int access) { return rcaches_[(access >> 1) & 7]; }
     static constexpr size_t kAccessSets = 8;
     std::array<RcacheSlot, kAccessSets> rcaches_;
     std::mutex         rcache_mutex_;      /* creation of a slot's cache */
