@@ -16,6 +16,7 @@
 # rc_verbs and >= 0.95 x ib_write_bw; put_lat/am_lat 8 B <= 1.00 x rc_verbs.
 # It reports; it fails only when a measurement cannot be made.
 set -u
+. "$(dirname "$0")/median.sh"
 run=$1 dev=$2 out=${3:-.}
 mkdir -p "$out"
 n=${XQP_BENCH_ITERS:-2000}
@@ -70,10 +71,6 @@ uct_perf rc_verbs put_lat 8 short > /dev/null
 uct_perf xqp put_lat 8 short > /dev/null
 n=$saved_n
 
-median() {
-    tr ' ' '\n' | grep . | sort -g |
-        awk '{ v[NR] = $1 } END { printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 
 declare -A all
 # name transport test size mode field (1: median latency, 2: bandwidth)

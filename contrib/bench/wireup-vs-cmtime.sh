@@ -11,6 +11,7 @@
 # when WORK is set. Fails only when a measurement cannot be made, never on
 # speed.
 set -u
+. "$(dirname "$0")/median.sh"
 run=$1 peer=$2 dev=$3 n=$4
 ip=${XQP_VM_IP:-}
 if [ -z "$ip" ]; then
@@ -52,9 +53,6 @@ xqp_ms() {
         "$tmp/x.client"
 }
 
-median() {
-    tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { printf "%.1f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 
 cm_all="" xqp_all=""
 for _ in $(seq "$rounds"); do

@@ -240,17 +240,26 @@ test_wireup_both_sides_connect_at_once() (
     [ "$rc" = 0 ] && [ "$(grep -c '^summary eps 8 connected 8 ' "$d.1" "$d.2" | awk -F: '{s += $2} END {print s}')" = 2 ]
 )
 
+# expect_unreachable NAME IP_HEX PORT_HEX EPS LIMIT_S [VAR=VALUE...]: EPS
+# endpoints (with the given environment) to an IPv4 address and port that
+# nobody answers on must fail as unreachable, leak nothing, and take less
+# than LIMIT_S seconds
+expect_unreachable() {
+    local d=$WORK/$1 ip_hex=$2 port_hex=$3 eps=$4 limit=$5 rc=0
+    shift 5
+    printf '04%s%024d %s\n' "$ip_hex" 0 "$port_hex" > "$d.a"
+    local start=$SECONDS
+    env "$@" "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" \
+        --eps "$eps" --expect unreachable --check-leaks --timeout 60 || rc=$?
+    echo "failed in $((SECONDS - start)) s"
+    [ "$rc" = 0 ] && [ $((SECONDS - start)) -lt "$limit" ]
+}
+
 test_wireup_no_listener_fails_after_retries() (
     need_device
-    d=$WORK/nolistener
     # the testbed's address with a port nobody listens on (9: discard)
     ip_hex=$(echo "${XQP_VM_IP:-10.77.0.1}" | awk -F. '{ printf "%02x%02x%02x%02x", $1, $2, $3, $4 }')
-    printf '04%s%024d 0009\n' "$ip_hex" 0 > "$d.a"
-    start=$SECONDS
-    UCX_XQP_CONNECT_RETRIES=2 "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" \
-        --eps 2 --expect unreachable --check-leaks --timeout 60 || exit 1
-    echo "failed in $((SECONDS - start)) s"
-    [ $((SECONDS - start)) -lt 60 ]
+    expect_unreachable nolistener "$ip_hex" 0009 2 60 UCX_XQP_CONNECT_RETRIES=2
 )
 
 test_resolution_timeout() (
@@ -262,15 +271,7 @@ test_resolution_timeout() (
     # 10.77.0.99: on the guest's dummy network (no NIC: nothing leaves the
     # guest) nobody answers: the connect request goes unanswered, and the
     # attempt is abandoned after UCX_XQP_CONNECT_TIMEOUT
-    d=$WORK/timeout
-    printf '04%s%024d 1f90\n' 0a4d0063 0 > "$d.a"
-    start=$SECONDS
-    rc=0
-    UCX_XQP_CONNECT_TIMEOUT=2s UCX_XQP_CONNECT_RETRIES=1 "$RUN" "$PEER" --dev "$DEV:1" \
-        --addr-file "$d.b" --connect-to "$d.a" --eps 1 --expect unreachable --check-leaks \
-        --timeout 60 || rc=$?
-    echo "failed in $((SECONDS - start)) s"
-    [ "$rc" = 0 ] && [ $((SECONDS - start)) -lt 30 ]
+    expect_unreachable timeout 0a4d0063 1f90 1 30 UCX_XQP_CONNECT_TIMEOUT=2s UCX_XQP_CONNECT_RETRIES=1
 )
 
 test_ece_reject_under_load() (
@@ -311,15 +312,10 @@ test_unreachable_address_fails_fast() (
     ip link add xqpnordma type dummy 2>/dev/null
     ip addr add 10.78.0.1/24 dev xqpnordma 2>/dev/null
     ip link set xqpnordma up
-    d=$WORK/unreach
-    printf '04%s%024d 1f90\n' 0a4e0001 0 > "$d.a"
-    start=$SECONDS
     rc=0
-    UCX_XQP_CONNECT_RETRIES=1 "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" \
-        --eps 2 --expect unreachable --check-leaks --timeout 60 || rc=$?
+    expect_unreachable unreach 0a4e0001 1f90 2 30 UCX_XQP_CONNECT_RETRIES=1 || rc=$?
     ip link del xqpnordma
-    echo "failed in $((SECONDS - start)) s"
-    [ "$rc" = 0 ] && [ $((SECONDS - start)) -lt 30 ]
+    exit "$rc"
 )
 
 test_peer_killed_mid_transfer() (
