@@ -6,103 +6,171 @@
 #   perftest ib_write_bw -R / ib_write_lat -R   (raw verbs over rdma_cm)
 #   ucx_perftest -x rc_verbs                     (UCX's own RC transport)
 #   ucx_perftest -x xqp                          (this plugin)
-# Prints a table of latency (median) and bandwidth with ratios against rc_verbs and
-# perftest, writes OUTDIR/datapath.tsv and, when gnuplot is there,
-# OUTDIR/datapath.png; then counts user-space instructions per put_short and
-# am_short with callgrind (inclusive instructions of the transport's function
-# per call: deterministic, unlike time). Every timed figure is the median of
-# XQP_BENCH_ROUNDS (default 3) rounds, xqp and its baselines alternating
-# within each round. Goals: put_bw 64 KiB >= 1.00 x
-# rc_verbs and >= 0.95 x ib_write_bw; put_lat/am_lat 8 B <= 1.00 x rc_verbs.
-# It reports; it fails only when a measurement cannot be made.
+# Goals: put_bw 64 KiB >= 1.00 x rc_verbs and >= 0.95 x ib_write_bw;
+# put_lat/am_lat 8 B <= 1.00 x rc_verbs.
+#
+# Method. Under emulation one run differs from the next by several percent
+# and the host's load drifts, so every comparison is paired and repeated:
+# XQP_BENCH_ROUNDS rounds (default 5); in each round every metric runs
+# xqp, rc_verbs, perftest, perftest, rc_verbs, xqp (the order cancels a drift
+# within the round), each side keeps the better of its two runs (a stall
+# only ever slows a run down) and the round's ratios are taken from those.
+# The table shows the medians over the rounds, of each side and of the
+# ratios, and the ratios' range. Latency is the average over the run (the
+# median per iteration is rounded to the 0.5 us the emulated clock
+# resolves); bandwidth is the run's overall bandwidth. Both tools' "MB/s"
+# are MiB/s (2^20 bytes) and are compared as printed.
+#
+# Writes OUTDIR/datapath.tsv and, when gnuplot is there, OUTDIR/datapath.png;
+# then counts user-space instructions per put_short and am_short with
+# callgrind (deterministic, unlike time). It reports; it fails only when a
+# measurement cannot be made.
 set -u
-. "$(dirname "$0")/median.sh"
+. "$(dirname "$0")/lib.sh"
 run=$1 dev=$2 out=${3:-.}
 mkdir -p "$out"
-n=${XQP_BENCH_ITERS:-2000}
+n=${XQP_BENCH_ITERS:-2000}          # bandwidth iterations
+n_lat=${XQP_BENCH_LAT_ITERS:-20000} # latency iterations (about 0.4 s a run)
+rounds=${XQP_BENCH_ROUNDS:-5}
 tmp=$(mktemp -d /tmp/xqp-bench.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-ip=${XQP_VM_IP:-127.0.0.1}
 gid=${XQP_VM_GID_INDEX:-1}
 
 fail() { echo "bench: $*"; exit 1; }
+ip=$(device_ip "$dev")
+[ -n "$ip" ] || fail "no IPv4 address on $dev"
 
-# ucx_perftest TL TEST SIZE MODE -> prints "latency_us bandwidth_MBs"
+# wait_listen PORT: until a TCP listener is on PORT (ucx_perftest's server),
+# 1.5 s at most
+wait_listen() {
+    for _ in $(seq 30); do
+        ss -Hltn "sport = :$1" 2>/dev/null | grep -q . && return 0
+        sleep 0.05
+    done
+}
+
+# ucx_perftest TL TEST SIZE MODE -> prints "latency_us bandwidth_MiBs"
 uct_perf() {
     local tl=$1 test=$2 size=$3 mode=$4 port=$((20000 + RANDOM % 10000))
+    local iters=$n
+    case $test in *_lat) iters=$n_lat ;; esac
     UCX_WARN_UNUSED_ENV_VARS=n "$run" ucx_perftest -p "$port" > "$tmp/s" 2>&1 &
     local server=$!
-    sleep 1.5
-    UCX_WARN_UNUSED_ENV_VARS=n "$run" ucx_perftest "127.0.0.1" -p "$port" -x "$tl" -d "$dev:1" \
-        -t "$test" -s "$size" -D "$mode" -n "$n" > "$tmp/c" 2>&1
+    wait_listen "$port"
+    UCX_WARN_UNUSED_ENV_VARS=n timeout 300 "$run" ucx_perftest "127.0.0.1" -p "$port" -x "$tl" \
+        -d "$dev:1" -t "$test" -s "$size" -D "$mode" -n "$iters" > "$tmp/c" 2>&1
     local rc=$?
     wait "$server"
     [ "$rc" = 0 ] || { cat "$tmp/c" >&2; return 1; }
-    # Final: iters 50%ile avg overall avg-bw overall-bw ...: the median
-    # latency (robust to the emulator's stalls) and the overall bandwidth
-    awk '/^Final:/ { print $3, $7 }' "$tmp/c"
+    # Final: iters typical-lat avg-lat overall-lat avg-bw overall-bw ...
+    awk '/^Final:/ { print $5, $7 }' "$tmp/c"
 }
 
-# perftest: ib_write_lat / ib_write_bw over rdma_cm
+# perftest PROG SIZE over rdma_cm -> prints the average latency (us) or the
+# average bandwidth (MiB/s)
 ib_perf() {
-    local prog=$1 size=$2
-    "$prog" -d "$dev" -R -x "$gid" -s "$size" -n "$n" > "$tmp/ps" 2>&1 &
+    local prog=$1 size=$2 iters=$n
+    [ "$prog" = ib_write_lat ] && iters=$n_lat
+    timeout 300 "$prog" -d "$dev" -R -x "$gid" -s "$size" -n "$iters" > "$tmp/ps" 2>&1 &
     local server=$!
-    sleep 1.5
-    "$prog" -d "$dev" -R -x "$gid" -s "$size" -n "$n" "$ip" > "$tmp/pc" 2>&1
+    sleep 1.5 # an rdma_cm listener: no ss to wait for it
+    timeout 300 "$prog" -d "$dev" -R -x "$gid" -s "$size" -n "$iters" "$ip" > "$tmp/pc" 2>&1
     local rc=$?
     wait "$server"
     [ "$rc" = 0 ] || { cat "$tmp/pc" >&2; return 1; }
-    if [ "$prog" = ib_write_lat ]; then
-        # #bytes #iterations t_min t_max t_typical t_avg ...: the typical
-        # (median) latency, as for ucx_perftest
-        awk -v s="$size" '$1 == s && NF >= 6 { print $5 }' "$tmp/pc" | tail -n 1
-    else
-        # #bytes #iterations BW peak BW average[MB/sec] ...
-        awk -v s="$size" '$1 == s && NF >= 4 { printf "%.2f\n", $4 * 1.048576 }' "$tmp/pc" | tail -n 1
-    fi
+    # ib_write_lat: #bytes #iterations t_min t_max t_typical t_avg ...
+    # ib_write_bw:  #bytes #iterations BW-peak BW-average ...
+    local f=6
+    [ "$prog" = ib_write_bw ] && f=4
+    awk -v s="$size" -v f="$f" '$1 == s && NF >= f { print $f }' "$tmp/pc" | tail -n 1
+}
+
+# measure SPEC: "uct TL TEST SIZE MODE FIELD" (FIELD 1 latency, 2 bandwidth)
+# or "ib PROG SIZE"
+measure() {
+    local v
+    case $1 in
+    uct) v=$(uct_perf "$2" "$3" "$4" "$5") || return 1
+         echo "$v" | awk -v f="$6" '{ print $f }' ;;
+    ib)  ib_perf "$2" "$3" ;;
+    esac
 }
 
 # warm-up: under emulation the first runs in a fresh guest are slow (code
 # translation, page faults); they are not measured
-saved_n=$n
-n=300
+saved_n=$n_lat
+n_lat=300
 uct_perf rc_verbs put_lat 8 short > /dev/null
 uct_perf xqp put_lat 8 short > /dev/null
-n=$saved_n
+n_lat=$saved_n
 
-
-declare -A all
-# name transport test size mode field (1: median latency, 2: bandwidth)
-measures=("x_put_lat xqp put_lat 8 short 1" "r_put_lat rc_verbs put_lat 8 short 1"
-          "x_am_lat xqp am_lat 8 short 1" "r_am_lat rc_verbs am_lat 8 short 1"
-          "x_put_bw xqp put_bw 65536 zcopy 2" "r_put_bw rc_verbs put_bw 65536 zcopy 2")
-rounds=${XQP_BENCH_ROUNDS:-3}
-for _ in $(seq "$rounds"); do
-    for m in "${measures[@]}"; do
-        read -r key tl test size mode field <<< "$m"
-        r=$(uct_perf "$tl" "$test" "$size" "$mode") || fail "$tl $test"
-        all[$key]+=" $(echo "$r" | awk -v f="$field" '{ print $f }')"
+# name|better|xqp|rc_verbs|perftest (- for none)
+metrics=("put_lat|low|uct xqp put_lat 8 short 1|uct rc_verbs put_lat 8 short 1|ib ib_write_lat 8"
+         "am_lat|low|uct xqp am_lat 8 short 1|uct rc_verbs am_lat 8 short 1|-"
+         "put_bw|high|uct xqp put_bw 65536 zcopy 2|uct rc_verbs put_bw 65536 zcopy 2|ib ib_write_bw 65536")
+declare -A all best
+for round in $(seq "$rounds"); do
+    for m in "${metrics[@]}"; do
+        IFS='|' read -r name better xs rs ps <<< "$m"
+        order=(x r p p r x)
+        [ "$ps" = - ] && order=(x r r x)
+        declare -A got=()
+        for side in "${order[@]}"; do
+            case $side in x) spec=$xs ;; r) spec=$rs ;; p) spec=$ps ;; esac
+            # shellcheck disable=SC2086
+            v=$(measure $spec) || fail "$name: $spec"
+            [ -n "$v" ] || fail "$name: $spec printed no result"
+            got[$side]+=" $v"
+        done
+        pick='{ b = $1; for (i = 2; i <= NF; ++i) if (lo ? ($i < b) : ($i > b)) b = $i; print b }'
+        lo=0
+        [ "$better" = low ] && lo=1
+        for side in x r p; do
+            [ -n "${got[$side]:-}" ] || continue
+            best[$side]=$(echo "${got[$side]}" | awk -v lo="$lo" "$pick")
+            all[$name.$side]+=" ${best[$side]}"
+        done
+        all[$name.xr]+=" $(awk -v a="${best[x]}" -v b="${best[r]}" 'BEGIN { printf "%.4f", a / b }')"
+        [ -n "${got[p]:-}" ] && all[$name.xp]+=" $(awk -v a="${best[x]}" -v b="${best[p]}" 'BEGIN { printf "%.4f", a / b }')"
+        echo "bench: round $round $name: xqp${got[x]} rc_verbs${got[r]}${got[p]:+ perftest${got[p]}}"
+        unset got
     done
-    v=$(ib_perf ib_write_lat 8) || fail "ib_write_lat"
-    all[p_lat]+=" $v"
-    v=$(ib_perf ib_write_bw 65536) || fail "ib_write_bw"
-    all[p_bw]+=" $v"
-done
-for k in x_put_lat r_put_lat x_am_lat r_am_lat x_put_bw r_put_bw p_lat p_bw; do
-    echo "bench: rounds $k:${all[$k]}"
-    printf -v "$k" '%s' "$(echo "${all[$k]}" | median)"
 done
 
+# range LIST: "min-max" of the numbers
+range() { tr ' ' '\n' | grep . | sort -g | awk 'NR == 1 { a = $1 } { b = $1 } END { printf "%.2f-%.2f", a, b }'; }
+# row NAME LABEL GOAL_RC GOAL_PERFTEST: a table row; goals "<= 1.00" or ">= 0.95"
+row() {
+    local name=$1 label=$2 grc=$3 gp=$4 x r p xr xp rxr rxp
+    x=$(echo "${all[$name.x]}" | median)
+    r=$(echo "${all[$name.r]}" | median)
+    xr=$(echo "${all[$name.xr]}" | median)
+    rxr=$(echo "${all[$name.xr]}" | range)
+    p=- xp=- rxp=-
+    if [ -n "${all[$name.p]:-}" ]; then
+        p=$(echo "${all[$name.p]}" | median)
+        xp=$(echo "${all[$name.xp]}" | median)
+        rxp=$(echo "${all[$name.xp]}" | range)
+    fi
+    # met: the printed median ratio against the printed goal
+    met=$(awk -v xr="$xr" -v xp="$xp" -v grc="$grc" -v gp="$gp" '
+        function ok(v, g,    op, lim) {
+            if (g == "") return 1
+            split(g, a, " "); op = a[1]; lim = a[2] + 0
+            return (op == "<=") ? (v + 0 <= lim) : (v + 0 >= lim)
+        }
+        BEGIN { print (ok(xr, grc) && (xp == "-" || ok(xp, gp))) ? "yes" : "no" }')
+    goal="$grc x rc_verbs${gp:+, $gp x perftest}"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$label" "$x" "$r" "$p" "$xr" "$xp" \
+        "$goal" "$met" "$rxr" "$rxp"
+}
 {
-    printf 'metric\txqp\trc_verbs\tperftest\txqp/rc_verbs\txqp/perftest\tgoal\n'
-    awk -v x="$x_put_lat" -v r="$r_put_lat" -v p="$p_lat" 'BEGIN {
-        printf "put_lat 8 B (us)\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t<= 1.00 x rc_verbs\n", x, r, p, x / r, x / p }'
-    awk -v x="$x_am_lat" -v r="$r_am_lat" 'BEGIN {
-        printf "am_lat 8 B (us)\t%.2f\t%.2f\t-\t%.2f\t-\t<= 1.00 x rc_verbs\n", x, r, x / r }'
-    awk -v x="$x_put_bw" -v r="$r_put_bw" -v p="$p_bw" 'BEGIN {
-        printf "put_bw 64 KiB (MB/s)\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t>= 1.00 x rc_verbs, >= 0.95 x perftest\n", x, r, p, x / r, x / p }'
+    printf 'metric\txqp\trc_verbs\tperftest\txqp/rc_verbs\txqp/perftest\tgoal\tmet\txqp/rc_verbs range\txqp/perftest range\n'
+    row put_lat "put_lat 8 B (us)" "<= 1.00" ""
+    row am_lat "am_lat 8 B (us)" "<= 1.00" ""
+    row put_bw "put_bw 64 KiB (MiB/s)" ">= 1.00" ">= 0.95"
 } > "$out/datapath.tsv"
+echo "bench: medians over $rounds rounds (each side the better of 2 runs per round):"
 column -t -s $'\t' "$out/datapath.tsv" | sed 's/^/bench: /'
 
 if command -v gnuplot > /dev/null; then
@@ -124,7 +192,7 @@ instr() {
     local tl=$1 test=$2 func=$3 port=$((20000 + RANDOM % 10000)) iters=200
     UCX_WARN_UNUSED_ENV_VARS=n "$run" ucx_perftest -p "$port" > "$tmp/s" 2>&1 &
     local server=$!
-    sleep 1.5
+    wait_listen "$port"
     UCX_WARN_UNUSED_ENV_VARS=n "$run" valgrind --tool=callgrind --callgrind-out-file="$tmp/cg" \
         --toggle-collect="$func" ucx_perftest 127.0.0.1 -p "$port" -x "$tl" -d "$dev:1" \
         -t "$test" -s 8 -D short -n "$iters" -w 0 > "$tmp/c" 2>&1
@@ -136,10 +204,10 @@ instr() {
 if command -v valgrind > /dev/null; then
     for t in "put_lat put_short" "am_lat am_short"; do
         set -- $t
-        x=$(instr xqp "$1" "xqp::ep::ep_$2*") || x=?
-        r=$(instr rc_verbs "$1" "uct_rc_verbs_ep_$2") || r=?
+        x=$(instr xqp "$1" "xqp::ep::ep_$2*") || x="?"
+        r=$(instr rc_verbs "$1" "uct_rc_verbs_ep_$2") || r="?"
         echo "bench: instructions per $2 (callgrind, inclusive): xqp $x, rc_verbs $r"
-        printf 'instructions per %s\t%s\t%s\t-\t-\t-\t-\n' "$2" "$x" "$r" >> "$out/datapath.tsv"
+        printf 'instructions per %s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\n' "$2" "$x" "$r" >> "$out/datapath.tsv"
     done
 fi
 exit 0

@@ -11,13 +11,9 @@
 # when WORK is set. Fails only when a measurement cannot be made, never on
 # speed.
 set -u
-. "$(dirname "$0")/median.sh"
+. "$(dirname "$0")/lib.sh"
 run=$1 peer=$2 dev=$3 n=$4
-ip=${XQP_VM_IP:-}
-if [ -z "$ip" ]; then
-    ip=$(rdma link show "$dev/1" 2>/dev/null | awk '{ for (i = 1; i < NF; ++i) if ($i == "netdev") print $(i + 1) }' |
-         xargs -r ip -4 -o addr show 2>/dev/null | awk '{ split($4, a, "/"); print a[1]; exit }')
-fi
+ip=$(device_ip "$dev")
 [ -n "$ip" ] || { echo "no IPv4 address on $dev"; exit 1; }
 tmp=$(mktemp -d /tmp/xqp-bench.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT

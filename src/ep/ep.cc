@@ -31,7 +31,13 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
             iface->next_conn_id())
 {
     ucs_queue_head_init(&pending_);
-    tx_credits_         = iface->tx_queue_len();
+    tx_credits_              = iface->tx_queue_len();
+    put_inl_wr_.opcode       = IBV_WR_RDMA_WRITE;
+    put_inl_wr_.sg_list      = &put_inl_sge_;
+    put_inl_wr_.num_sge      = 1;
+    am_inl_wr_.opcode        = IBV_WR_SEND_WITH_IMM;
+    am_inl_wr_.sg_list       = am_inl_sge_;
+    am_inl_sge_[0].length    = sizeof(uint64_t); /* the AM header */
     handle_.owner       = this;
     ucs_status_t status = UCS_CLASS_INIT(uct_base_ep_t, &handle_.super, iface->base());
     if (status != UCS_OK) {
@@ -267,13 +273,13 @@ ucs_status_t Endpoint::tx_check_all() const
     return status;
 }
 
-ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
+inline ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
 {
     const uint64_t sn = posted_sn_ + 1;
     /* selective signaling: a request that needs nothing at completion goes
      * unsignaled, but one in every iface_->tx_moderation() is signaled so
      * that its completion returns the send queue slots of those before it */
-    if ((op == nullptr) && (unsignaled_ + 1 >= iface_->tx_moderation())) {
+    if ((op == nullptr) && ucs_unlikely(unsignaled_ + 1 >= iface_->tx_moderation())) {
         op = iface_->get_op(); /* tx_check() made sure there is one */
     }
     if (op != nullptr) {
@@ -284,18 +290,13 @@ ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
     } else {
         wr->wr_id = (sn << 1) | 1;
     }
-    wr->send_flags |= fence_next_ ? IBV_SEND_FENCE : 0;
-    ibv_send_wr *bad = nullptr;
-    const int ret    = ibv_post_send(conn_.qp(), wr, &bad);
+    if (ucs_unlikely(fence_next_)) {
+        wr->send_flags |= IBV_SEND_FENCE;
+    }
+    ibv_send_wr *bad;
+    const int ret = ibv_post_send(conn_.qp(), wr, &bad);
     if (ucs_unlikely(ret != 0)) {
-        ucs_error("xqp: ep %p: ibv_post_send: %s", this, strerror(ret));
-        if (op != nullptr) {
-            if (op->buf != nullptr) {
-                iface_->tx_pool().put(op->buf);
-            }
-            iface_->put_op(op);
-        }
-        return UCS_ERR_IO_ERROR;
+        return post_failed(ret, op);
     }
     fence_next_ = false;
     unsignaled_ = (op != nullptr) ? 0 : (unsignaled_ + 1);
@@ -303,6 +304,18 @@ ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
     ++outstanding_;
     posted_sn_ = sn;
     return UCS_OK;
+}
+
+ucs_status_t Endpoint::post_failed(int ret, iface::TxOp *op)
+{
+    ucs_error("xqp: ep %p: ibv_post_send: %s", this, strerror(ret));
+    if (op != nullptr) {
+        if (op->buf != nullptr) {
+            iface_->tx_pool().put(op->buf);
+        }
+        iface_->put_op(op);
+    }
+    return UCS_ERR_IO_ERROR;
 }
 
 ucs_status_t Endpoint::post_marker(uct_completion_t *comp)
@@ -394,13 +407,12 @@ ucs_status_t Endpoint::put_short(const void *buffer, unsigned length, uint64_t r
     if (ucs_unlikely(length > iface_->max_inline())) {
         return UCS_ERR_INVALID_PARAM;
     }
-    ibv_sge sge    = {reinterpret_cast<uintptr_t>(buffer), length, 0};
-    ibv_send_wr wr = {};
-    wr.sg_list     = &sge;
-    wr.num_sge     = 1;
-    wr.send_flags  = IBV_SEND_INLINE;
-    set_rdma(wr, IBV_WR_RDMA_WRITE, remote_addr, rkey);
-    return post(&wr, nullptr);
+    put_inl_sge_.addr                = reinterpret_cast<uintptr_t>(buffer);
+    put_inl_sge_.length              = length;
+    put_inl_wr_.wr.rdma.remote_addr  = remote_addr;
+    put_inl_wr_.wr.rdma.rkey         = static_cast<uint32_t>(rkey);
+    put_inl_wr_.send_flags           = IBV_SEND_INLINE;
+    return post(&put_inl_wr_, nullptr);
 }
 
 ssize_t Endpoint::bcopy(uct_pack_callback_t pack_cb, void *arg, ibv_send_wr *wr)
@@ -548,14 +560,13 @@ ucs_status_t Endpoint::am_short(uint8_t id, uint64_t header, const void *payload
     if (ucs_unlikely(length + sizeof(header) > iface_->max_inline())) {
         return UCS_ERR_INVALID_PARAM;
     }
-    ibv_sge sge[2] = {{reinterpret_cast<uintptr_t>(&header), sizeof(header), 0},
-                      {reinterpret_cast<uintptr_t>(payload), length, 0}};
-    ibv_send_wr wr = {};
-    wr.sg_list     = sge;
-    wr.num_sge     = (length > 0) ? 2 : 1;
-    wr.send_flags  = IBV_SEND_INLINE;
-    set_send(wr, id);
-    return post(&wr, nullptr);
+    am_inl_sge_[0].addr   = reinterpret_cast<uintptr_t>(&header);
+    am_inl_sge_[1].addr   = reinterpret_cast<uintptr_t>(payload);
+    am_inl_sge_[1].length = length;
+    am_inl_wr_.num_sge    = (length > 0) ? 2 : 1;
+    am_inl_wr_.imm_data   = htonl(id);
+    am_inl_wr_.send_flags = IBV_SEND_INLINE;
+    return post(&am_inl_wr_, nullptr);
 }
 
 ucs_status_t Endpoint::am_short_iov(uint8_t id, const uct_iov_t *iov, size_t iovcnt)

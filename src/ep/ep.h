@@ -106,8 +106,10 @@ private:
     ucs_status_t tx_check_all() const;
     /* posts wr with op as its completion context (signaled); op nullptr:
      * nothing to finish, posted unsignaled unless the moderation asks for a
-     * completion now */
-    ucs_status_t post(ibv_send_wr *wr, iface::TxOp *op);
+     * completion now. Inlined into each operation. */
+    inline ucs_status_t post(ibv_send_wr *wr, iface::TxOp *op);
+    /* ibv_post_send failed: says so and returns op's resources */
+    ucs_status_t post_failed(int ret, iface::TxOp *op);
     /* a signaled zero-length RDMA WRITE: completes the requests before it */
     ucs_status_t post_marker(uct_completion_t *comp);
     void fail_datapath(ucs_status_t status);
@@ -132,6 +134,12 @@ private:
     uint64_t            completed_sn_ = 0;
     unsigned            unsignaled_   = 0; /* posted since the last signaled one */
     bool                fence_next_  = false;
+    /* the inline operations post prebuilt requests, as UCX's rc_verbs does:
+     * per call only the data, the remote address and the AM id change */
+    ibv_sge             put_inl_sge_    = {};
+    ibv_send_wr         put_inl_wr_     = {};
+    ibv_sge             am_inl_sge_[2]  = {};
+    ibv_send_wr         am_inl_wr_      = {};
     bool                destroying_  = false;
     /* flush completions, in posting order: (sequence to reach, completion) */
     std::vector<std::pair<uint64_t, uct_completion_t *>> flushes_;

@@ -837,6 +837,33 @@ void Iface::handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining)
     tx_returned_ = true;
 }
 
+unsigned Iface::progress_stash()
+{
+    std::vector<std::pair<bool, ibv_wc>> stash;
+    stash.swap(stash_);
+    for (const auto &[from_recv_cq, wc] : stash) {
+        if (from_recv_cq) {
+            handle_recv_completion(wc);
+        } else {
+            handle_send_completion(wc);
+        }
+    }
+    return static_cast<unsigned>(stash.size());
+}
+
+unsigned Iface::progress_ready()
+{
+    unsigned count = 0;
+    /* one at a time: a dispatch may destroy other endpoints (error
+     * handlers do), and remove_ep takes them off this list */
+    while (!ready_.empty()) {
+        ep::Endpoint *ep = ready_.back();
+        ready_.pop_back();
+        count += ep->dispatch();
+    }
+    return count;
+}
+
 unsigned Iface::progress()
 {
     unsigned count = 0;
@@ -844,49 +871,39 @@ unsigned Iface::progress()
 
     /* completions event_arm took out of the CQs first */
     if (ucs_unlikely(!stash_.empty())) {
-        std::vector<std::pair<bool, ibv_wc>> stash;
-        stash.swap(stash_);
-        for (const auto &[from_recv_cq, wc] : stash) {
-            if (from_recv_cq) {
-                handle_recv_completion(wc);
-            } else {
-                handle_send_completion(wc);
-            }
-            ++count;
-        }
+        count += progress_stash();
     }
 
     /* receives first: in a ping-pong the answer is what the caller waits for */
     int n = ibv_poll_cq(recv_cq_.get(), 16, wcs);
-    for (int i = 0; i < n; ++i) {
-        handle_recv_completion(wcs[i]);
+    if (n > 0) {
+        for (int i = 0; i < n; ++i) {
+            handle_recv_completion(wcs[i]);
+        }
+        count += n;
     }
-    count += (n > 0) ? n : 0;
-
     n = ibv_poll_cq(send_cq_.get(), 16, wcs);
-    for (int i = 0; i < n; ++i) {
-        handle_send_completion(wcs[i]);
+    if (n > 0) {
+        for (int i = 0; i < n; ++i) {
+            handle_send_completion(wcs[i]);
+        }
+        count += n;
     }
-    count += (n > 0) ? n : 0;
 
-    if (ucs_unlikely(tx_returned_ && !waiting_.empty())) {
+    if (ucs_unlikely(tx_returned_)) {
+        tx_returned_ = false;
         /* only endpoints that queued requests for lack of resources */
         for (auto *ep : waiting_) {
             schedule_pending(ep);
         }
         waiting_.clear();
     }
-    tx_returned_ = false;
     /* endpoints whose connection changed state on the async thread */
     if (ucs_unlikely(async_ready_flag_.load(std::memory_order_acquire))) {
         count += dispatch_async_ready();
     }
-    /* one at a time: a dispatch may destroy other endpoints (error
-     * handlers do), and remove_ep takes them off this list */
-    while (ucs_unlikely(!ready_.empty())) {
-        ep::Endpoint *ep = ready_.back();
-        ready_.pop_back();
-        count += ep->dispatch();
+    if (ucs_unlikely(!ready_.empty())) {
+        count += progress_ready();
     }
 
     /* in the poll and signal modes our handlers belong to the worker's

@@ -201,6 +201,10 @@ private:
     void progress_cm_events();
     /* dispatches the endpoints schedule_dispatch() listed */
     unsigned dispatch_async_ready();
+    /* the rare parts of progress(): completions event_arm stashed, and
+     * endpoints whose pending requests may run */
+    unsigned progress_stash();
+    unsigned progress_ready();
     void record_passive(wireup::Connection &conn);
 
     Handle              handle_;
