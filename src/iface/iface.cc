@@ -8,6 +8,9 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <netinet/in.h>
 
 #include <algorithm>
@@ -432,6 +435,22 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     const int fl = fcntl(comp_channel_->fd, F_GETFL);
     if ((fl < 0) || (fcntl(comp_channel_->fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
         throw_errno("fcntl(O_NONBLOCK) on the completion channel", errno);
+    }
+    wakeup_fd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (wakeup_fd_.get() < 0) {
+        throw_errno("eventfd", errno);
+    }
+    event_fd_.reset(epoll_create1(EPOLL_CLOEXEC));
+    if (event_fd_.get() < 0) {
+        throw_errno("epoll_create1", errno);
+    }
+    for (const int fd : {comp_channel_->fd, wakeup_fd_.get()}) {
+        epoll_event ev = {};
+        ev.events      = EPOLLIN;
+        ev.data.fd     = fd;
+        if (epoll_ctl(event_fd_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) {
+            throw_errno("epoll_ctl(ADD)", errno);
+        }
     }
     /* every signaled send takes a TxOp, so the send CQ cannot overflow */
     const int send_cq_len = std::min(dev_attr.max_cqe, 4096);
@@ -931,6 +950,12 @@ void Iface::schedule_dispatch(ep::Endpoint *ep)
         async_ready_.push_back(ep);
     }
     async_ready_flag_.store(true, std::memory_order_release);
+    /* after the flag: event_arm reads the fd, then the flag */
+    const uint64_t one = 1;
+    if ((write(wakeup_fd_.get(), &one, sizeof(one)) < 0) && (errno != EAGAIN)) {
+        ucs_warn("xqp: %s: cannot signal the event fd: %s", resource_name_.c_str(),
+                 strerror(errno));
+    }
 }
 
 unsigned Iface::dispatch_async_ready()
@@ -1033,7 +1058,12 @@ ucs_status_t Iface::event_arm(unsigned events)
     while (ibv_get_cq_event(comp_channel_.get(), &cq, &ctx) == 0) {
         ibv_ack_cq_events(cq, 1);
     }
-    if (!stash_.empty()) {
+    uint64_t wakeups;
+    while (read(wakeup_fd_.get(), &wakeups, sizeof(wakeups)) > 0) {
+    }
+    /* endpoints the async thread handed over, or ones whose pending
+     * requests may run: progress has work now */
+    if (!stash_.empty() || async_ready_flag_.load(std::memory_order_acquire) || !ready_.empty()) {
         return UCS_ERR_BUSY;
     }
     const bool send = events & UCT_EVENT_SEND_COMP;

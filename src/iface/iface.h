@@ -24,6 +24,7 @@
 #ifndef XQP_IFACE_IFACE_H
 #define XQP_IFACE_IFACE_H
 
+#include "common/fd.h"
 #include "compat/ucx.h"
 #include "iface/buffers.h"
 #include "md/md.h"
@@ -125,7 +126,9 @@ public:
     unsigned progress();
     ucs_status_t flush(unsigned flags, uct_completion_t *comp);
     void fence_all();
-    int event_fd() const { return comp_channel_->fd; }
+    /* an epoll set of the completion channel and wakeup_fd_: readable when
+     * a completion or a connection event needs the application's progress */
+    int event_fd() const { return event_fd_.get(); }
     ucs_status_t event_arm(unsigned events);
 
     TxOp *get_op()
@@ -228,6 +231,11 @@ private:
     verbs::EventChannel channel_;
     verbs::CmId         listener_;
     verbs::CompChannel  comp_channel_;
+    /* the async thread writes wakeup_fd_ when it hands endpoints to
+     * progress (schedule_dispatch), so that an application asleep on
+     * event_fd() wakes up to dispatch them */
+    UniqueFd            wakeup_fd_;
+    UniqueFd            event_fd_;
     verbs::Cq           send_cq_;
     verbs::Cq           recv_cq_;
     std::unique_ptr<BufferPool> tx_pool_;

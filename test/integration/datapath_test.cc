@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include <poll.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -1729,6 +1731,50 @@ TEST_F(Pending, PurgeReturnsQueuedRequestsUnrun)
  * put_bcopy finds none must be able to queue a pending request (UCP turns a
  * UCS_ERR_BUSY here into an immediate retry of the operation: a spin), and
  * the request must run once other endpoints' completions free buffers. */
+/* An application asleep on the interface's event fd (as in UCP's
+ * ucp_worker_wait) while an endpoint connects must be woken once the
+ * connection is up: its pending requests run only in progress, and as nothing
+ * has been sent yet no completion would ever wake it. The interface is idle
+ * and armed before the endpoint is created, so the connection cannot come up
+ * before the sleep. */
+TEST_F(Pending, EventFdWakesTheSleeperWhenTheConnectionIsUp)
+{
+    const unsigned events = UCT_EVENT_SEND_COMP | UCT_EVENT_RECV;
+    int fd                = -1;
+    ASSERT_EQ(UCS_OK, uct_iface_event_fd_get(b_->sender, &fd));
+    ucs_status_t armed = UCS_ERR_BUSY;
+    ASSERT_TRUE(b_->wait_for([&] {
+        while (uct_worker_progress(b_->worker) != 0) {
+        }
+        armed = uct_iface_event_arm(b_->sender, events);
+        return armed != UCS_ERR_BUSY;
+    })) << "the interface never became idle";
+    ASSERT_EQ(UCS_OK, armed);
+
+    uct_ep_h raw = nullptr;
+    ASSERT_EQ(UCS_OK, b_->create_ep(b_->sender, b_->receiver, &raw));
+    std::unique_ptr<uct_ep, decltype(&uct_ep_destroy)> e(raw, uct_ep_destroy);
+    const std::vector<uint8_t> msg = make_pattern(48, 5);
+    PendingOp op;
+    op.req.func = pending_run;
+    op.ep       = e.get();
+    op.am       = true;
+    op.pack     = {msg.data(), msg.size()};
+    ASSERT_EQ(UCS_OK, uct_ep_pending_add(e.get(), &op.req, 0))
+            << "a connecting endpoint queues its requests";
+
+    pollfd p    = {fd, POLLIN, 0};
+    const int n = poll(&p, 1, static_cast<int>(kTimeout * 1000));
+    ASSERT_EQ(1, n) << "asleep on the event fd for " << kTimeout
+                    << " s: the connection never woke it";
+    EXPECT_EQ(0, op.calls) << "the request runs in progress, not on the async thread";
+    ASSERT_TRUE(b_->wait_for([&] { return op.done > 0; })) << "woken, but the request never ran";
+    EXPECT_EQ(1, op.done);
+    ASSERT_EQ(UCS_OK, b_->flush(e.get()));
+    ASSERT_TRUE(b_->wait_for([&] { return !sink_.msgs.empty(); })) << "the pending message";
+    EXPECT_EQ(std::vector<std::vector<uint8_t>>{msg}, sink_.msgs);
+}
+
 TEST_F(Pending, QueuesWhenSharedBounceBuffersRunOut)
 {
     std::vector<uct_ep_h> eps(3, nullptr);
