@@ -243,13 +243,13 @@ test_wireup_both_sides_connect_at_once() (
 # expect_unreachable NAME IP_HEX PORT_HEX EPS LIMIT_S [VAR=VALUE...]: EPS
 # endpoints (with the given environment) to an IPv4 address and port that
 # nobody answers on must fail as unreachable, leak nothing, and take less
-# than LIMIT_S seconds
+# than LIMIT_S seconds (from UNREACH_DEV's port 1 when it is set)
 expect_unreachable() {
     local d=$WORK/$1 ip_hex=$2 port_hex=$3 eps=$4 limit=$5 rc=0
     shift 5
     printf '04%s%024d %s\n' "$ip_hex" 0 "$port_hex" > "$d.a"
     local start=$SECONDS
-    env "$@" "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" \
+    env "$@" "$RUN" "$PEER" --dev "${UNREACH_DEV:-$DEV}:1" --addr-file "$d.b" --connect-to "$d.a" \
         --eps "$eps" --expect unreachable --check-leaks --timeout 60 || rc=$?
     echo "failed in $((SECONDS - start)) s"
     [ "$rc" = 0 ] && [ $((SECONDS - start)) -lt "$limit" ]
@@ -272,6 +272,37 @@ test_resolution_timeout() (
     # guest) nobody answers: the connect request goes unanswered, and the
     # attempt is abandoned after UCX_XQP_CONNECT_TIMEOUT
     expect_unreachable timeout 0a4d0063 1f90 1 30 UCX_XQP_CONNECT_TIMEOUT=2s UCX_XQP_CONNECT_RETRIES=1
+)
+
+test_address_resolution_timeout() (
+    need_device
+    if [ -z "${XQP_VM:-}" ]; then
+        echo "needs the testbed (it adds a veth pair and a Soft-RoCE device to the guest)"
+        exit 77
+    fi
+    # a veth pair inside the guest with Soft-RoCE on one end and no address
+    # on the other: ARP for 10.78.0.99 goes out xqpv0, reaches only xqpv1
+    # (nothing leaves the guest) and is never answered, so rdma_resolve_addr
+    # times out (UCX_XQP_ADDR_RESOLVE_TIMEOUT) on every attempt
+    cleanup() {
+        rdma link delete xqprxe 2>/dev/null
+        ip link delete xqpv0 2>/dev/null
+    }
+    trap cleanup EXIT
+    modprobe veth 2>/dev/null
+    if ! ip link add xqpv0 type veth peer name xqpv1; then
+        echo "this kernel cannot create a veth pair"
+        exit 77
+    fi
+    ip addr add 10.78.0.1/24 dev xqpv0 && ip link set xqpv0 up && ip link set xqpv1 up &&
+        rdma link add xqprxe type rxe netdev xqpv0 || exit 1
+    rc=0
+    UNREACH_DEV=xqprxe expect_unreachable resolve 0a4e0063 1f90 1 30 UCX_LOG_LEVEL=debug \
+        UCX_XQP_ADDR_RESOLVE_TIMEOUT=1s UCX_XQP_CONNECT_RETRIES=1 > "$WORK/resolve.log" 2>&1 || rc=$?
+    grep -v ' DEBUG ' "$WORK/resolve.log"
+    grep ' DEBUG xqp: ep .* failed' "$WORK/resolve.log"
+    # the cause: address resolution timed out (-ETIMEDOUT), on both attempts
+    [ "$rc" = 0 ] && grep -q 'failed: RDMA_CM_EVENT_ADDR_ERROR (status -110) (after 2 attempts)' "$WORK/resolve.log"
 )
 
 test_ece_reject_under_load() (
@@ -517,6 +548,7 @@ run_test "peer SIGKILLed mid-transfer: error handler, errors, new endpoints work
 run_test "address no RDMA device serves -> unreachable, bounded, no leaks" test_unreachable_address_fails_fast
 run_test "disconnect storm: 3 x 512 endpoints created and destroyed, counts back to baseline" test_disconnect_storm
 run_test "silent peer: connect timeout -> unreachable, bounded, no leaks" test_resolution_timeout
+run_test "address never answers ARP: resolution timeout -> unreachable, bounded, no leaks" test_address_resolution_timeout
 run_test "ECE reject (16 endpoints) while other traffic runs" test_ece_reject_under_load
 run_test "bad UCX_XQP_* values give errors naming the variable" test_bad_config_values_are_named
 run_test "data path: RMA, AM, atomics, flush/fence, pending, sizes 1 B..4 MiB (gtest)" test_datapath
