@@ -148,8 +148,6 @@ for round in $(seq "$rounds"); do
     done
 done
 
-# range LIST: "min-max" of the numbers
-range() { tr ' ' '\n' | grep . | sort -g | awk 'NR == 1 { a = $1 } { b = $1 } END { printf "%.2f-%.2f", a, b }'; }
 # row NAME LABEL GOAL_RC GOAL_PERFTEST: a table row; goals "<= 1.00" or ">= 0.95"
 row() {
     local name=$1 label=$2 grc=$3 gp=$4 x r p xr xp rxr rxp

@@ -8,6 +8,11 @@ median() {
         awk '{ v[NR] = $1 } END { printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# range: "min-max" of the numbers on its standard input, with 2 decimals
+range() {
+    tr ' ' '\n' | grep . | sort -g | awk 'NR == 1 { a = $1 } { b = $1 } END { printf "%.2f-%.2f", a, b }'
+}
+
 # device_ip DEVICE: the IPv4 address rdma_cm reaches DEVICE's port 1 at
 # (XQP_VM_IP inside the testbed)
 device_ip() {

@@ -67,7 +67,7 @@ done
 x_ms=$(echo "$x_all" | median)
 c_ms=$(echo "$c_all" | median)
 ratio=$(echo "$ratios" | median)
-lo_hi=$(echo "$ratios" | tr ' ' '\n' | grep . | sort -g | awk 'NR == 1 { a = $1 } { b = $1 } END { printf "%.2f-%.2f", a, b }')
+lo_hi=$(echo "$ratios" | range)
 
 summary=$(awk -v n="$n" -v r="$rounds" -v x="$x_ms" -v c="$c_ms" -v q="$ratio" -v lh="$lo_hi" 'BEGIN {
     printf "bench: %d connections (medians of %d rounds): xqp %.1f ms (%.0f conn/s), cmtime %.1f ms (%.0f conn/s), ratio %.2f (range %s; goal <= 1.20, %s)\n",

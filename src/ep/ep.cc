@@ -32,13 +32,11 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
 {
     ucs_queue_head_init(&pending_);
     tx_credits_              = iface->tx_queue_len();
-    put_inl_wr_.opcode       = IBV_WR_RDMA_WRITE;
     put_inl_wr_.sg_list      = &put_inl_sge_;
     put_inl_wr_.num_sge      = 1;
-    am_inl_wr_.opcode        = IBV_WR_SEND_WITH_IMM;
     am_inl_wr_.sg_list       = am_inl_sge_;
     am_inl_sge_[0].length    = sizeof(uint64_t); /* the AM header */
-    handle_.owner       = this;
+    handle_.owner            = this;
     ucs_status_t status = UCS_CLASS_INIT(uct_base_ep_t, &handle_.super, iface->base());
     if (status != UCS_OK) {
         throw Error(status, "cannot initialize the base endpoint");
@@ -407,11 +405,10 @@ ucs_status_t Endpoint::put_short(const void *buffer, unsigned length, uint64_t r
     if (ucs_unlikely(length > iface_->max_inline())) {
         return UCS_ERR_INVALID_PARAM;
     }
-    put_inl_sge_.addr                = reinterpret_cast<uintptr_t>(buffer);
-    put_inl_sge_.length              = length;
-    put_inl_wr_.wr.rdma.remote_addr  = remote_addr;
-    put_inl_wr_.wr.rdma.rkey         = static_cast<uint32_t>(rkey);
-    put_inl_wr_.send_flags           = IBV_SEND_INLINE;
+    put_inl_sge_.addr      = reinterpret_cast<uintptr_t>(buffer);
+    put_inl_sge_.length    = length;
+    put_inl_wr_.send_flags = IBV_SEND_INLINE;
+    set_rdma(put_inl_wr_, IBV_WR_RDMA_WRITE, remote_addr, rkey);
     return post(&put_inl_wr_, nullptr);
 }
 
@@ -564,8 +561,8 @@ ucs_status_t Endpoint::am_short(uint8_t id, uint64_t header, const void *payload
     am_inl_sge_[1].addr   = reinterpret_cast<uintptr_t>(payload);
     am_inl_sge_[1].length = length;
     am_inl_wr_.num_sge    = (length > 0) ? 2 : 1;
-    am_inl_wr_.imm_data   = htonl(id);
     am_inl_wr_.send_flags = IBV_SEND_INLINE;
+    set_send(am_inl_wr_, id);
     return post(&am_inl_wr_, nullptr);
 }
 

@@ -76,6 +76,8 @@ public:
      * request posted before it */
     void on_send_completion(ucs_status_t status, ibv_wc_status wc_status, uint64_t sn);
     ibv_qp *qp() const { return conn_.qp(); }
+    /* whether this endpoint's data QP (still there) has number qp_num */
+    bool has_qp(uint32_t qp_num) const { return (qp() != nullptr) && (qp()->qp_num == qp_num); }
     bool has_pending() const { return !ucs_queue_is_empty(&pending_); }
     /* runs pending requests while resources last; returns how many ran */
     unsigned dispatch();
@@ -135,7 +137,7 @@ private:
     unsigned            unsignaled_   = 0; /* posted since the last signaled one */
     bool                fence_next_  = false;
     /* the inline operations post prebuilt requests, as UCX's rc_verbs does:
-     * per call only the data, the remote address and the AM id change */
+     * per call only the data, the remote address and the AM id are set */
     ibv_sge             put_inl_sge_    = {};
     ibv_send_wr         put_inl_wr_     = {};
     ibv_sge             am_inl_sge_[2]  = {};

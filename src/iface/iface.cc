@@ -800,7 +800,7 @@ void Iface::handle_recv_completion(const ibv_wc &wc)
 ep::Endpoint *Iface::ep_of_qp(uint32_t qp_num) const
 {
     for (auto *ep : eps_) {
-        if ((ep->qp() != nullptr) && (ep->qp()->qp_num == qp_num)) {
+        if (ep->has_qp(qp_num)) {
             return ep;
         }
     }
@@ -819,8 +819,7 @@ void Iface::handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining)
     if (ucs_unlikely(wc.wr_id & 1)) {
         /* an unsignaled request (see TxOp): only errors get here. Its
          * endpoint may be gone already (destroyed while it failed). */
-        ep::Endpoint *ep = ((draining != nullptr) && (draining->qp() != nullptr) &&
-                            (draining->qp()->qp_num == wc.qp_num)) ?
+        ep::Endpoint *ep = ((draining != nullptr) && draining->has_qp(wc.qp_num)) ?
                                    draining :
                                    ep_of_qp(wc.qp_num);
         if (ep != nullptr) {

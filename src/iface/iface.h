@@ -18,8 +18,9 @@
  * only the wireup lock, a blocking mutex: the application holding the async
  * lock (UCP does, often) neither defers connection events into its own
  * progress nor spins against the async thread while a QP is being created.
- * The handlers never call back into UCX except to schedule a progress
- * callback (uct_worker_progress_register_safe, thread-safe).
+ * The handlers never call back into UCX: they hand endpoints to the
+ * interface's progress through a list and signal its event fd (see
+ * WireupGuard and schedule_dispatch).
  */
 #ifndef XQP_IFACE_IFACE_H
 #define XQP_IFACE_IFACE_H
