@@ -32,6 +32,19 @@ mkdir -p "$out"
 n=${XQP_BENCH_ITERS:-2000}          # bandwidth iterations
 n_lat=${XQP_BENCH_LAT_ITERS:-20000} # latency iterations (about 0.4 s a run)
 rounds=${XQP_BENCH_ROUNDS:-5}
+# the server and the client of every tool run pinned to these CPUs ("SERVER
+# CLIENT"): the spinning receiver then never shares a CPU with the sender
+# (the guest's scheduler otherwise sometimes places them together for a
+# while). Default: the last two online CPUs; "" pins nothing.
+if [ -z "${XQP_BENCH_CPUS+set}" ] && command -v taskset > /dev/null; then
+    read -r -a cpus <<< "$(awk '/^processor/ { print $3 }' /proc/cpuinfo | tail -n 2 | tr '\n' ' ')"
+    [ "${#cpus[@]}" = 2 ] && XQP_BENCH_CPUS="${cpus[1]} ${cpus[0]}"
+fi
+read -r cpu_s cpu_c <<< "${XQP_BENCH_CPUS:-}"
+pin_s=() pin_c=()
+if [ -n "${cpu_c:-}" ]; then
+    pin_s=(taskset -c "$cpu_s") pin_c=(taskset -c "$cpu_c")
+fi
 tmp=$(mktemp -d /tmp/xqp-bench.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 gid=${XQP_VM_GID_INDEX:-1}
@@ -54,10 +67,10 @@ uct_perf() {
     local tl=$1 test=$2 size=$3 mode=$4 port=$((20000 + RANDOM % 10000))
     local iters=$n
     case $test in *_lat) iters=$n_lat ;; esac
-    UCX_WARN_UNUSED_ENV_VARS=n "$run" ucx_perftest -p "$port" > "$tmp/s" 2>&1 &
+    UCX_WARN_UNUSED_ENV_VARS=n "${pin_s[@]}" "$run" ucx_perftest -p "$port" > "$tmp/s" 2>&1 &
     local server=$!
     wait_listen "$port"
-    UCX_WARN_UNUSED_ENV_VARS=n timeout 300 "$run" ucx_perftest "127.0.0.1" -p "$port" -x "$tl" \
+    UCX_WARN_UNUSED_ENV_VARS=n timeout 300 "${pin_c[@]}" "$run" ucx_perftest "127.0.0.1" -p "$port" -x "$tl" \
         -d "$dev:1" -t "$test" -s "$size" -D "$mode" -n "$iters" > "$tmp/c" 2>&1
     local rc=$?
     wait "$server"
@@ -78,10 +91,10 @@ ib_perf() {
     # ib_write_bw:  #bytes #iterations BW-peak BW-average ...
     [ "$prog" = ib_write_bw ] && f=4
     for attempt in 1 2 3; do
-        timeout 300 "$prog" -d "$dev" -R -x "$gid" -s "$size" -n "$iters" > "$tmp/ps" 2>&1 &
+        timeout 300 "${pin_s[@]}" "$prog" -d "$dev" -R -x "$gid" -s "$size" -n "$iters" > "$tmp/ps" 2>&1 &
         local server=$!
         sleep 1.5 # an rdma_cm listener: no ss to wait for it
-        timeout 300 "$prog" -d "$dev" -R -x "$gid" -s "$size" -n "$iters" "$ip" > "$tmp/pc" 2>&1
+        timeout 300 "${pin_c[@]}" "$prog" -d "$dev" -R -x "$gid" -s "$size" -n "$iters" "$ip" > "$tmp/pc" 2>&1
         wait "$server"
         v=$(awk -v s="$size" -v f="$f" '$1 == s && NF >= f { print $f }' "$tmp/pc" | tail -n 1)
         if [ -n "$v" ]; then
@@ -179,7 +192,7 @@ row() {
     row am_lat "am_lat 8 B (us)" "<= 1.00" ""
     row put_bw "put_bw 64 KiB (MiB/s)" ">= 1.00" ">= 0.95"
 } > "$out/datapath.tsv"
-echo "bench: medians over $rounds rounds (each side the better of 2 runs per round):"
+echo "bench: medians over $rounds rounds${cpu_c:+, servers on CPU $cpu_s and clients on CPU $cpu_c} (each side the better of 2 runs per round):"
 column -t -s $'\t' "$out/datapath.tsv" | sed 's/^/bench: /'
 
 if command -v gnuplot > /dev/null; then

@@ -31,7 +31,6 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
             iface->next_conn_id())
 {
     ucs_queue_head_init(&pending_);
-    tx_credits_              = iface->tx_queue_len();
     put_inl_wr_.sg_list      = &put_inl_sge_;
     put_inl_wr_.num_sge      = 1;
     am_inl_wr_.sg_list       = am_inl_sge_;
@@ -58,7 +57,7 @@ Endpoint::~Endpoint()
         /* requests still in flight end with a flush error: collect them before
          * the QP (owned by conn_) is destroyed. Unsignaled ones that already
          * completed report nothing: a marker after them does. */
-        if ((outstanding_ > 0) && (conn_.qp() != nullptr)) {
+        if ((outstanding() > 0) && (conn_.qp() != nullptr)) {
             if ((unsignaled_ > 0) && has_tx_resources()) {
                 post_marker(nullptr); /* on a failed QP it completes with a flush error */
             }
@@ -184,7 +183,7 @@ ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *comp)
 {
     switch (state()) {
     case State::Connected:
-        if (outstanding_ == 0) {
+        if (outstanding() == 0) {
             return UCS_OK;
         }
         /* RC completes in order: the flush is done when the request posted
@@ -298,9 +297,7 @@ inline ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
     }
     fence_next_ = false;
     unsignaled_ = (op != nullptr) ? 0 : (unsignaled_ + 1);
-    --tx_credits_;
-    ++outstanding_;
-    posted_sn_ = sn;
+    posted_sn_  = sn;
     return UCS_OK;
 }
 
@@ -332,10 +329,7 @@ void Endpoint::on_send_completion(ucs_status_t status, ibv_wc_status wc_status, 
     if (sn <= completed_sn_) {
         return; /* retired already by a later completion (cannot happen: in order) */
     }
-    const auto retired = static_cast<unsigned>(sn - completed_sn_);
-    tx_credits_  += retired;
-    outstanding_ -= retired;
-    completed_sn_ = sn;
+    completed_sn_ = sn; /* returns the send queue slots of those up to sn */
     if (ucs_unlikely((status != UCS_OK) && !destroying_)) {
         if (state() != State::Failed) {
             /* the first error of a live connection: say what happened */
@@ -517,7 +511,7 @@ ucs_status_t Endpoint::check(uct_completion_t *comp)
     if (st != State::Connected) {
         return UCS_ERR_NO_RESOURCE; /* the connect timeout bounds this phase */
     }
-    if ((outstanding_ > 0) && (comp == nullptr)) {
+    if ((outstanding() > 0) && (comp == nullptr)) {
         /* requests in flight: a dead peer fails them (RC retry timeout) and
          * the error handler runs; a probe would say nothing more */
         return UCS_OK;

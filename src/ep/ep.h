@@ -47,7 +47,8 @@ public:
 
     ucs_status_t flush(unsigned flags, uct_completion_t *comp);
     void fence() { fence_next_ = true; }
-    unsigned outstanding() const { return outstanding_; }
+    /* requests posted and not yet known to be complete */
+    unsigned outstanding() const { return static_cast<unsigned>(posted_sn_ - completed_sn_); }
     /* the data QP still exists (a failed connection may have destroyed it,
      * and with it every completion still to come) */
     bool qp_alive() const { return conn_.qp() != nullptr; }
@@ -101,7 +102,10 @@ public:
 private:
     void schedule_progress();
     /* a send queue slot and a TxOp, whatever the connection's state */
-    bool has_tx_resources() const { return (tx_credits_ > 0) && iface_->has_free_op(); }
+    bool has_tx_resources() const
+    {
+        return (outstanding() < iface_->tx_queue_len()) && iface_->has_free_op();
+    }
     /* UCS_OK when a request can be posted now */
     ucs_status_t tx_check() const;
     /* UCS_OK when any request, buffered ones included, can be posted now */
@@ -129,9 +133,8 @@ private:
     ucs_status_t        fail_status_ = UCS_OK;
     bool                error_reported_ = false;
     ucs_queue_head_t    pending_;
-    /* send queue accounting (main thread) */
-    unsigned            tx_credits_  = 0;
-    unsigned            outstanding_ = 0;
+    /* send queue accounting (main thread): requests are numbered 1, 2, ...
+     * as posted; the send queue holds those after completed_sn_ */
     uint64_t            posted_sn_   = 0;
     uint64_t            completed_sn_ = 0;
     unsigned            unsignaled_   = 0; /* posted since the last signaled one */
