@@ -11,7 +11,7 @@
 #
 # Method. Under emulation one run differs from the next by several percent
 # and the host's load drifts, so every comparison is paired and repeated:
-# XQP_BENCH_ROUNDS rounds (default 5); in each round every metric runs
+# XQP_BENCH_ROUNDS rounds (default 9); in each round every metric runs
 # xqp, rc_verbs, perftest, perftest, rc_verbs, xqp (the order cancels a drift
 # within the round), each side keeps the better of its two runs (a stall
 # only ever slows a run down) and the round's ratios are taken from those.
@@ -31,7 +31,7 @@ run=$1 dev=$2 out=${3:-.}
 mkdir -p "$out"
 n=${XQP_BENCH_ITERS:-2000}          # bandwidth iterations
 n_lat=${XQP_BENCH_LAT_ITERS:-20000} # latency iterations (about 0.4 s a run)
-rounds=${XQP_BENCH_ROUNDS:-5}
+rounds=${XQP_BENCH_ROUNDS:-9}
 # the server and the client of every tool run pinned to these CPUs ("SERVER
 # CLIENT"): the spinning receiver then never shares a CPU with the sender
 # (the guest's scheduler otherwise sometimes places them together for a

@@ -7,7 +7,7 @@
 # ECE steps). Prints both, connections per second and the ratio (goal:
 # xqp <= 1.2 x cmtime). One run of either varies by tens of percent on a
 # loaded machine, so they are compared in XQP_BENCH_ROUNDS paired rounds
-# (default 5) and the median of the rounds' ratios is reported. Writes the
+# (default 9) and the median of the rounds' ratios is reported. Writes the
 # summary to $WORK/bench.txt when WORK is set. Fails only when a measurement
 # cannot be made, never on speed.
 set -u
@@ -18,7 +18,7 @@ ip=$(device_ip "$dev")
 tmp=$(mktemp -d /tmp/xqp-bench.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
-rounds=${XQP_BENCH_ROUNDS:-5}
+rounds=${XQP_BENCH_ROUNDS:-9}
 
 # cmtime: its server never exits by itself
 cmtime_ms() {

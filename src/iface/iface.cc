@@ -918,7 +918,7 @@ unsigned Iface::progress()
     }
     /* endpoints whose connection changed state on the async thread */
     if (ucs_unlikely(async_ready_flag_.load(std::memory_order_acquire))) {
-        count += dispatch_async_ready();
+        take_async_ready();
     }
     if (ucs_unlikely(!ready_.empty())) {
         count += progress_ready();
@@ -957,26 +957,17 @@ void Iface::schedule_dispatch(ep::Endpoint *ep)
     }
 }
 
-unsigned Iface::dispatch_async_ready()
+void Iface::take_async_ready()
 {
     async_ready_flag_.store(false, std::memory_order_relaxed);
-    unsigned count = 0;
-    for (;;) {
-        ep::Endpoint *ep;
-        {
-            /* an endpoint still on the list is alive: its destructor takes
-             * it off under the same lock. One at a time: a dispatch may
-             * destroy other endpoints (error handlers do). */
-            WireupGuard guard(*this);
-            if (async_ready_.empty()) {
-                break;
-            }
-            ep = async_ready_.back();
-            async_ready_.pop_back();
-        }
-        count += ep->dispatch();
+    /* an endpoint still on async_ready_ is alive: its destructor takes it
+     * off under the same lock. On ready_ it stays safe: destruction runs
+     * on this thread and takes it off that list too. */
+    WireupGuard guard(*this);
+    for (auto *ep : async_ready_) {
+        schedule_pending(ep);
     }
-    return count;
+    async_ready_.clear();
 }
 
 void Iface::wait_for_resources(ep::Endpoint *ep)

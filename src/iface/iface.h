@@ -203,10 +203,10 @@ private:
     static void cm_event_handler(int id, ucs_event_set_types_t events, void *arg);
     static void timer_handler(int id, ucs_event_set_types_t events, void *arg);
     void progress_cm_events();
-    /* dispatches the endpoints schedule_dispatch() listed */
-    unsigned dispatch_async_ready();
+    /* moves the endpoints schedule_dispatch() listed to ready_ */
+    void take_async_ready();
     /* the rare parts of progress(): completions event_arm stashed, and
-     * endpoints whose pending requests may run */
+     * endpoints whose pending requests may run (ready_) */
     unsigned progress_stash();
     unsigned progress_ready();
     void record_passive(wireup::Connection &conn);

@@ -524,7 +524,9 @@ test_device_removal_while_connected() (
 
 bench_wireup_vs_cmtime() (
     need_device
-    "$XQP_SRCDIR/contrib/bench/wireup-vs-cmtime.sh" "$RUN" "$PEER" "$DEV" 256
+    # a smoke test of the benchmark here: fewer rounds than `make bench`
+    XQP_BENCH_ROUNDS=${XQP_BENCH_ROUNDS:-5} \
+        "$XQP_SRCDIR/contrib/bench/wireup-vs-cmtime.sh" "$RUN" "$PEER" "$DEV" 256
 )
 
 echo "xqp integration suite: device '${DEV:-none}', plugin $XQP_PLUGIN"
