@@ -474,6 +474,26 @@ test_ucp_event_driven() (
         PERF_SERVER_ARGS="-E sleep" perf_pair "UCX_TLS=xqp" -t tag_bw -s 65536 -n 100 -E sleep
 )
 
+test_ucp_multi_thread() (
+    need_device
+    # a thread-safe worker (-M multi) whose async context is a mutex
+    # (UCX_USE_MT_MUTEX=y: UCS_ASYNC_MODE_THREAD_MUTEX), blocking in
+    # ucp_worker_wait; then two threads, each with its own worker and so
+    # its own xqp interface, sharing one context
+    for t in "-t tag_bw -s 65536 -n 100 -M multi -E sleep" \
+             "-t tag_lat -s 8 -n 300 -M multi -T 2" "-t tag_bw -s 1048576 -n 50 -M multi -T 2"; do
+        # shellcheck disable=SC2086
+        perf_pair "UCX_TLS=xqp UCX_USE_MT_MUTEX=y UCX_LOG_LEVEL=info" $t || exit 1
+        # UCX logs each worker's lanes: one worker, or one per thread
+        want=1
+        case $t in *"-T 2"*) want=2 ;; esac
+        got=$(grep -c 'ep_cfg.*xqp/'"$DEV"':1' "$WORK/perf.client")
+        [ "$got" -ge "$want" ] ||
+            { echo "$t: $got worker(s) with xqp lanes, expected $want"; exit 1; }
+        echo "ok: $t ($got worker(s) on xqp)"
+    done
+)
+
 test_mpi_over_xqp() (
     need_device
     prog=$TESTS/xqp_mpi_pingpong
@@ -558,6 +578,7 @@ run_test "data path with direct registration (UCX_XQP_RCACHE=no)" test_datapath_
 run_test "ucx_perftest UCT: put/get/am/atomics over xqp, one-sided and loopback" test_uct_perftest
 run_test "ucx_perftest UCP with UCX_TLS=xqp: tag/rma/amo/stream/am" test_ucp_over_xqp_only
 run_test "UCP event-driven progress (-E sleep) over xqp" test_ucp_event_driven
+run_test "UCP thread-safe workers over xqp (UCX_USE_MT_MUTEX=y, -M multi, -T 2)" test_ucp_multi_thread
 run_test "Open MPI (pml ucx) 2 ranks over xqp: ping-pong to 4 MiB + allreduce" test_mpi_over_xqp
 # a benchmark: reports, never fails the suite on speed
 run_test "bench: 256 connections, xqp vs rdma-core cmtime" bench_wireup_vs_cmtime
