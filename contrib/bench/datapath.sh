@@ -37,8 +37,7 @@ rounds=${XQP_BENCH_ROUNDS:-9}
 # (the guest's scheduler otherwise sometimes places them together for a
 # while). Default: the last two online CPUs; "" pins nothing.
 if [ -z "${XQP_BENCH_CPUS+set}" ] && command -v taskset > /dev/null; then
-    read -r -a cpus <<< "$(awk '/^processor/ { print $3 }' /proc/cpuinfo | tail -n 2 | tr '\n' ' ')"
-    [ "${#cpus[@]}" = 2 ] && XQP_BENCH_CPUS="${cpus[1]} ${cpus[0]}"
+    XQP_BENCH_CPUS=$(awk '/^processor/ { c[n++] = $3 } END { if (n >= 2) print c[n - 1], c[n - 2] }' /proc/cpuinfo)
 fi
 read -r cpu_s cpu_c <<< "${XQP_BENCH_CPUS:-}"
 pin_s=() pin_c=()

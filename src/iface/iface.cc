@@ -1048,9 +1048,10 @@ ucs_status_t Iface::event_arm(unsigned events)
     while (ibv_get_cq_event(comp_channel_.get(), &cq, &ctx) == 0) {
         ibv_ack_cq_events(cq, 1);
     }
+    /* one read returns the eventfd's count and clears it (EAGAIN: was 0) */
     uint64_t wakeups;
-    while (read(wakeup_fd_.get(), &wakeups, sizeof(wakeups)) > 0) {
-    }
+    const ssize_t got = read(wakeup_fd_.get(), &wakeups, sizeof(wakeups));
+    (void)got;
     /* endpoints the async thread handed over, or ones whose pending
      * requests may run: progress has work now */
     if (!stash_.empty() || async_ready_flag_.load(std::memory_order_acquire) || !ready_.empty()) {

@@ -1727,10 +1727,6 @@ TEST_F(Pending, PurgeReturnsQueuedRequestsUnrun)
     }
 }
 
-/* Endpoints of one interface share its bounce buffers. An endpoint whose
- * put_bcopy finds none must be able to queue a pending request (UCP turns a
- * UCS_ERR_BUSY here into an immediate retry of the operation: a spin), and
- * the request must run once other endpoints' completions free buffers. */
 /* An application asleep on the interface's event fd (as in UCP's
  * ucp_worker_wait) while an endpoint connects must be woken once the
  * connection is up: its pending requests run only in progress, and as nothing
@@ -1775,6 +1771,10 @@ TEST_F(Pending, EventFdWakesTheSleeperWhenTheConnectionIsUp)
     EXPECT_EQ(std::vector<std::vector<uint8_t>>{msg}, sink_.msgs);
 }
 
+/* Endpoints of one interface share its bounce buffers. An endpoint whose
+ * put_bcopy finds none must be able to queue a pending request (UCP turns a
+ * UCS_ERR_BUSY here into an immediate retry of the operation: a spin), and
+ * the request must run once other endpoints' completions free buffers. */
 TEST_F(Pending, QueuesWhenSharedBounceBuffersRunOut)
 {
     std::vector<uct_ep_h> eps(3, nullptr);
