@@ -51,6 +51,18 @@ typedef struct {
 /* The active connection of an xqp endpoint. 0, or -EINVAL for a foreign ep. */
 XQP_API int xqp_ep_wireup_info(uct_ep_h ep, xqp_wireup_info_t *info);
 
+/* Fault injection, for tests: fails the endpoint's connection with status
+ * (an error) the way an rdma_cm failure on UCX's async thread does, from
+ * whatever thread calls it: the QP goes to the error state, requests in
+ * flight end with status, and the interface's error handler runs from
+ * progress. hold_us (at most 1 s) is how long the failing thread waits
+ * between retiring the connection's resources and marking the endpoint
+ * failed, to widen the window a data path posting on another thread must
+ * survive. Nothing happens to a connection that already failed or closed.
+ * 0, or -EINVAL for a foreign ep, a status that is not an error or a hold
+ * over 1 s. */
+XQP_API int xqp_ep_inject_failure(uct_ep_h ep, ucs_status_t status, unsigned hold_us);
+
 /* Passive connections an xqp interface accepted or rejected, in arrival
  * order (kept after they close). 0, -EINVAL, or -ENOENT past the end. */
 XQP_API int xqp_iface_passive_info(uct_iface_h iface, unsigned index, xqp_wireup_info_t *info);

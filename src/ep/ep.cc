@@ -57,13 +57,11 @@ Endpoint::~Endpoint()
         /* requests still in flight end with a flush error: collect them before
          * the QP (owned by conn_) is destroyed. Unsignaled ones that already
          * completed report nothing: a marker after them does. */
-        if ((outstanding() > 0) && (conn_.qp() != nullptr)) {
+        if ((outstanding() > 0) && (qp() != nullptr)) {
             if ((unsignaled_ > 0) && has_tx_resources()) {
                 post_marker(nullptr); /* on a failed QP it completes with a flush error */
             }
-            ibv_qp_attr attr = {};
-            attr.qp_state    = IBV_QPS_ERR;
-            ibv_modify_qp(conn_.qp(), &attr, IBV_QP_STATE);
+            conn_.retire_qp();
         }
     }
     iface_->drain(this);
@@ -103,8 +101,9 @@ bool Endpoint::connects_to(const sockaddr_storage &dst) const
 
 /* ------------------------------------------------------------------ wireup */
 
-void Endpoint::on_established(wireup::Connection &)
+void Endpoint::on_established(wireup::Connection &conn)
 {
+    qp_ = conn.qp();
     state_.store(State::Connected, std::memory_order_release);
     schedule_progress();
 }
@@ -118,19 +117,21 @@ void Endpoint::on_failed(wireup::Connection &conn)
     schedule_progress();
 }
 
-void Endpoint::on_closed(wireup::Connection &conn)
+void Endpoint::on_closed(wireup::Connection &)
 {
-    /* the peer disconnected (or died: the kernel disconnects for it). Move
-     * the QP to the error state so requests in flight complete now, with an
-     * error, instead of after the transport's retry timeout. */
-    if (conn.qp() != nullptr) {
-        ibv_qp_attr attr = {};
-        attr.qp_state    = IBV_QPS_ERR;
-        ibv_modify_qp(conn.qp(), &attr, IBV_QP_STATE);
-    }
+    /* the peer disconnected (or died: the kernel disconnects for it); the
+     * connection retired the QP, so requests in flight end now */
     fail_status_ = UCS_ERR_CONNECTION_RESET;
     state_.store(State::Failed, std::memory_order_release);
     schedule_progress();
+}
+
+void Endpoint::inject_failure(ucs_status_t status, unsigned hold_us)
+{
+    iface::WireupGuard guard(*iface_);
+    if (!destroying_) {
+        conn_.inject_failure(status, "failure injected (test hook)", hold_us);
+    }
 }
 
 void Endpoint::on_log(wireup::Connection &, const std::string &line)
@@ -140,7 +141,7 @@ void Endpoint::on_log(wireup::Connection &, const std::string &line)
 
 void Endpoint::schedule_progress()
 {
-    /* wireup lock held (async thread, or fail_datapath): pending requests
+    /* wireup lock held (async thread, or completion_error): pending requests
      * and error handlers run in the application's progress, where the
      * interface dispatches the endpoints listed here. A dying endpoint
      * schedules nothing. */
@@ -291,7 +292,7 @@ inline ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
         wr->send_flags |= IBV_SEND_FENCE;
     }
     ibv_send_wr *bad;
-    const int ret = ibv_post_send(conn_.qp(), wr, &bad);
+    const int ret = ibv_post_send(qp_, wr, &bad);
     if (ucs_unlikely(ret != 0)) {
         return post_failed(ret, op);
     }
@@ -303,13 +304,20 @@ inline ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
 
 ucs_status_t Endpoint::post_failed(int ret, iface::TxOp *op)
 {
-    ucs_error("xqp: ep %p: ibv_post_send: %s", this, strerror(ret));
     if (op != nullptr) {
         if (op->buf != nullptr) {
             iface_->tx_pool().put(op->buf);
         }
         iface_->put_op(op);
     }
+    if (state() == State::Failed) {
+        /* the connection failed after tx_check(): its QP is in the error
+         * state, and the endpoint's status says why */
+        ucs_debug("xqp: ep %p: ibv_post_send after the endpoint failed: %s", this,
+                  strerror(ret));
+        return fail_status_;
+    }
+    ucs_error("xqp: ep %p: ibv_post_send: %s", this, strerror(ret));
     return UCS_ERR_IO_ERROR;
 }
 
@@ -324,37 +332,37 @@ ucs_status_t Endpoint::post_marker(uct_completion_t *comp)
     return post(&wr, op);
 }
 
-void Endpoint::on_send_completion(ucs_status_t status, ibv_wc_status wc_status, uint64_t sn)
+ucs_status_t Endpoint::completion_error(ucs_status_t status, ibv_wc_status wc_status)
+{
+    if (!destroying_ && (state() != State::Failed)) {
+        /* the first error of a live connection, unless the async thread is
+         * failing it right now (it retires the QP, which flushes requests,
+         * before it marks the endpoint failed): decide under its lock */
+        iface::WireupGuard guard(*iface_);
+        if (state() != State::Failed) {
+            ucs_error("xqp: ep %p to %s: send completion error: %s", this,
+                      iface::to_string(dst_).c_str(), ibv_wc_status_str(wc_status));
+            fail_status_ = status;
+            state_.store(State::Failed, std::memory_order_release);
+            schedule_progress();
+            return status;
+        }
+    }
+    ucs_debug("xqp: ep %p: request ended with %s after the endpoint failed", this,
+              ibv_wc_status_str(wc_status));
+    return completion_status(status);
+}
+
+void Endpoint::on_send_completion(uint64_t sn)
 {
     if (sn <= completed_sn_) {
         return; /* retired already by a later completion (cannot happen: in order) */
     }
     completed_sn_ = sn; /* returns the send queue slots of those up to sn */
-    if (ucs_unlikely((status != UCS_OK) && !destroying_)) {
-        if (state() != State::Failed) {
-            /* the first error of a live connection: say what happened */
-            ucs_error("xqp: ep %p to %s: send completion error: %s", this,
-                      iface::to_string(dst_).c_str(), ibv_wc_status_str(wc_status));
-            fail_datapath(status);
-        } else {
-            ucs_debug("xqp: ep %p: request ended with %s after the endpoint failed", this,
-                      ibv_wc_status_str(wc_status));
-        }
-    }
     while (!flushes_.empty() && (flushes_.front().first <= completed_sn_)) {
         uct_completion_t *comp = flushes_.front().second;
         flushes_.erase(flushes_.begin());
         uct_invoke_completion(comp, (state() == State::Failed) ? fail_status_ : UCS_OK);
-    }
-}
-
-void Endpoint::fail_datapath(ucs_status_t status)
-{
-    iface::WireupGuard guard(*iface_);
-    if (state() != State::Failed) {
-        fail_status_ = status;
-        state_.store(State::Failed, std::memory_order_release);
-        schedule_progress();
     }
 }
 

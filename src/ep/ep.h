@@ -49,9 +49,9 @@ public:
     void fence() { fence_next_ = true; }
     /* requests posted and not yet known to be complete */
     unsigned outstanding() const { return static_cast<unsigned>(posted_sn_ - completed_sn_); }
-    /* the data QP still exists (a failed connection may have destroyed it,
-     * and with it every completion still to come) */
-    bool qp_alive() const { return conn_.qp() != nullptr; }
+    /* completions may still come for what was posted (main thread, after
+     * conn_.close(): the connection no longer changes under it) */
+    bool qp_completes() const { return conn_.qp_completes(); }
 
     /* data operations (main thread) */
     ucs_status_t put_short(const void *buffer, unsigned length, uint64_t remote_addr,
@@ -75,10 +75,30 @@ public:
 
     /* the request with sequence number sn completed, and with it every
      * request posted before it */
-    void on_send_completion(ucs_status_t status, ibv_wc_status wc_status, uint64_t sn);
-    ibv_qp *qp() const { return conn_.qp(); }
-    /* whether this endpoint's data QP (still there) has number qp_num */
-    bool has_qp(uint32_t qp_num) const { return (qp() != nullptr) && (qp()->qp_num == qp_num); }
+    void on_send_completion(uint64_t sn);
+    /* a request of this endpoint completed with an error: fails the
+     * endpoint unless it failed already; returns the status to report */
+    ucs_status_t completion_error(ucs_status_t status, ibv_wc_status wc_status);
+    /* the data path's QP: nullptr until the connection is established, then
+     * fixed until the endpoint is destroyed (wireup::Connection never frees
+     * a published QP before that) */
+    ibv_qp *qp() const { return (state() != State::Connecting) ? qp_ : nullptr; }
+    /* whether this endpoint's data QP has number qp_num */
+    bool has_qp(uint32_t qp_num) const
+    {
+        const ibv_qp *q = qp();
+        return (q != nullptr) && (q->qp_num == qp_num);
+    }
+    /* the status a request that completed with status ends with: a flush
+     * error of a failed endpoint reports why the endpoint failed */
+    ucs_status_t completion_status(ucs_status_t status) const
+    {
+        return ((status == UCS_ERR_CANCELED) && (state() == State::Failed)) ? fail_status_ :
+                                                                              status;
+    }
+    /* test hook (xqp_ep_inject_failure): fails the connection as an rdma_cm
+     * error on the async thread would; callable from any thread */
+    void inject_failure(ucs_status_t status, unsigned hold_us);
     bool has_pending() const { return !ucs_queue_is_empty(&pending_); }
     /* runs pending requests while resources last; returns how many ran */
     unsigned dispatch();
@@ -118,7 +138,6 @@ private:
     ucs_status_t post_failed(int ret, iface::TxOp *op);
     /* a signaled zero-length RDMA WRITE: completes the requests before it */
     ucs_status_t post_marker(uct_completion_t *comp);
-    void fail_datapath(ucs_status_t status);
     /* packs into a bounce buffer and posts wr (opcode set by the caller) */
     ssize_t bcopy(uct_pack_callback_t pack_cb, void *arg, ibv_send_wr *wr);
     /* RDMA WRITE / READ of registered iov entries */
@@ -129,6 +148,9 @@ private:
     iface::Iface       *iface_;
     sockaddr_storage    dst_;
     wireup::Connection  conn_;
+    /* written once, under the wireup lock, before state_ leaves Connecting
+     * (release); read by the data path after it sees that (acquire) */
+    ibv_qp             *qp_ = nullptr;
     std::atomic<State>  state_{State::Connecting};
     ucs_status_t        fail_status_ = UCS_OK;
     bool                error_reported_ = false;

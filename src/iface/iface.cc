@@ -823,12 +823,16 @@ void Iface::handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining)
                                    draining :
                                    ep_of_qp(wc.qp_num);
         if (ep != nullptr) {
-            ep->on_send_completion(status, wc.status, wc.wr_id >> 1);
+            ep->completion_error(status, wc.status);
+            ep->on_send_completion(wc.wr_id >> 1);
         }
         tx_returned_ = true;
         return;
     }
     auto *op = reinterpret_cast<TxOp *>(wc.wr_id);
+    if (ucs_unlikely(status != UCS_OK) && (op->ep != nullptr)) {
+        status = op->ep->completion_error(status, wc.status);
+    }
     if (status == UCS_OK) {
         if (op->kind == TxOp::Kind::GetBcopy) {
             op->unpack(op->unpack_arg, op->buf, op->length);
@@ -848,7 +852,7 @@ void Iface::handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining)
     const uint64_t sn = op->sn;
     put_op(op);
     if (ep != nullptr) {
-        ep->on_send_completion(status, wc.status, sn);
+        ep->on_send_completion(sn);
     }
     /* bounce buffers and TxOps are shared by all endpoints: any of them may
      * have been waiting for the ones just returned */
@@ -991,7 +995,7 @@ void Iface::drain(ep::Endpoint *ep)
     /* bounded: a QP in the error state flushes every request quickly */
     const ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(5.0);
     ibv_wc wcs[16];
-    while ((ep->outstanding() > 0) && ep->qp_alive()) {
+    while ((ep->outstanding() > 0) && ep->qp_completes()) {
         const int n = ibv_poll_cq(send_cq_.get(), 16, wcs);
         for (int i = 0; i < n; ++i) {
             handle_send_completion(wcs[i], ep);

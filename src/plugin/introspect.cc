@@ -20,6 +20,16 @@ XQP_API int xqp_ep_wireup_info(uct_ep_h ep, xqp_wireup_info_t *info)
     return 0;
 }
 
+XQP_API int xqp_ep_inject_failure(uct_ep_h ep, ucs_status_t status, unsigned hold_us)
+{
+    auto *endpoint = xqp::ep::Endpoint::from(ep);
+    if ((endpoint == nullptr) || !UCS_STATUS_IS_ERR(status) || (hold_us > 1000000)) {
+        return -EINVAL;
+    }
+    endpoint->inject_failure(status, hold_us);
+    return 0;
+}
+
 XQP_API int xqp_iface_passive_info(uct_iface_h iface, unsigned index, xqp_wireup_info_t *info)
 {
     auto *xiface = xqp::iface::Iface::from(iface);

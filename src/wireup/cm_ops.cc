@@ -140,6 +140,13 @@ int RdmaCmOps::modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state)
     return ibv_modify_qp(qp, &attr, mask);
 }
 
+int RdmaCmOps::error_qp(ibv_qp *qp)
+{
+    ibv_qp_attr attr = {};
+    attr.qp_state    = IBV_QPS_ERR;
+    return ibv_modify_qp(qp, &attr, IBV_QP_STATE);
+}
+
 void RdmaCmOps::destroy_qp(ibv_qp *qp)
 {
     ibv_destroy_qp(qp);

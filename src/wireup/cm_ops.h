@@ -59,6 +59,9 @@ public:
     virtual int create_qp(rdma_cm_id *id, QpRole role, ibv_qp **qp) = 0;
     /* INIT, RTR or RTS with the attributes rdma_init_qp_attr() gives */
     virtual int modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state) = 0;
+    /* to the error state: requests in flight complete with flush errors,
+     * new ones fail; safe while another thread posts to the QP */
+    virtual int error_qp(ibv_qp *qp) = 0;
     virtual void destroy_qp(ibv_qp *qp) = 0;
 };
 
@@ -94,6 +97,7 @@ public:
     void destroy_id(rdma_cm_id *id) override;
     int create_qp(rdma_cm_id *id, QpRole role, ibv_qp **qp) override;
     int modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state) override;
+    int error_qp(ibv_qp *qp) override;
     void destroy_qp(ibv_qp *qp) override;
 
     const QpShape &shape() const { return shape_; }

@@ -1,7 +1,9 @@
 #include "wireup/connection.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 namespace xqp::wireup {
 
@@ -35,18 +37,44 @@ Connection::Connection(CmOps &cm, EceProvider &ece_provider, const WireupConfig 
 Connection::~Connection()
 {
     disconnect();
-    teardown();
+    teardown(true);
 }
 
-void Connection::teardown()
+void Connection::teardown(bool final)
 {
     if (qp_ != nullptr) {
-        cm_.destroy_qp(qp_);
-        qp_ = nullptr;
+        if (final || !qp_published_) {
+            cm_.destroy_qp(qp_);
+            qp_ = nullptr;
+        } else {
+            retire_qp();
+        }
     }
     if (id_ != nullptr) {
         cm_.destroy_id(id_);
         id_ = nullptr;
+    }
+}
+
+void Connection::retire_qp()
+{
+    if ((qp_ == nullptr) || !qp_published_ || qp_retired_) {
+        return;
+    }
+    qp_retired_     = true;
+    const int err   = cm_.error_qp(qp_);
+    retire_failed_  = (err != 0);
+    if (err != 0) {
+        owner_.on_log(*this, errstr("ibv_modify_qp(ERR)", err) +
+                             ": no completions expected from the QP any more");
+    }
+}
+
+void Connection::inject_failure(ucs_status_t status, const std::string &reason,
+                                unsigned hold_us)
+{
+    if ((state_ != ConnState::Failed) && (state_ != ConnState::Closed)) {
+        fail(status, reason, hold_us);
     }
 }
 
@@ -70,12 +98,15 @@ void Connection::close()
     }
 }
 
-void Connection::fail(ucs_status_t status, const std::string &reason)
+void Connection::fail(ucs_status_t status, const std::string &reason, unsigned hold_us)
 {
     status_ = status;
     error_  = reason;
     state_  = ConnState::Failed;
     teardown();
+    if (hold_us > 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(hold_us));
+    }
     owner_.on_failed(*this);
 }
 
@@ -247,7 +278,8 @@ void Connection::on_connect_response(const CmEvent &event)
 
 void Connection::established()
 {
-    state_ = ConnState::Connected;
+    state_        = ConnState::Connected;
+    qp_published_ = true;
     owner_.on_log(*this, std::string(active_ ? "active" : "passive") + " connection " +
                          std::to_string(conn_id_) + " established, qp " +
                          std::to_string(qp_->qp_num) + ", ece: " + to_string(ece_.result()));
@@ -383,6 +415,10 @@ void Connection::on_event(const CmEvent &event)
         if ((state_ == ConnState::Connected) || (state_ == ConnState::Accepting)) {
             cm_.disconnect(id_); /* completes the disconnect handshake */
             state_ = ConnState::Closed;
+            /* the peer disconnected (or died: the kernel disconnects for
+             * it): requests in flight complete now, with an error, instead
+             * of after the transport's retry timeout */
+            retire_qp();
             owner_.on_closed(*this);
         }
         return;

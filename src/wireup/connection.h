@@ -12,6 +12,15 @@
  *             at most max_retries times; an ECE reject is final)
  *   passive: Accepting -> Connected      (or Failed after a reject)
  *   both:    Connected -> Closed on DISCONNECTED; Failed on errors
+ *
+ * The data QP and threads: once a connection is established its QP belongs
+ * to the data path, which posts to it and polls its completions on the
+ * application's thread without the wireup lock. From then on nothing but
+ * the destructor destroys the QP: a failure, a disconnect or close() only
+ * moves it to the error state (retire), so that a request posted at that
+ * very moment fails with a flush error instead of touching freed memory.
+ * Before it is established the data path never sees the QP, and a failed
+ * attempt destroys it at once. doc/threads.md has the whole table.
  */
 #ifndef XQP_WIREUP_CONNECTION_H
 #define XQP_WIREUP_CONNECTION_H
@@ -103,6 +112,17 @@ public:
      * delivers rdma_cm events must not be using the id. */
     void close();
 
+    /* Moves an established connection's QP to the error state (once):
+     * requests in flight complete with flush errors. */
+    void retire_qp();
+
+    /* Fails the connection now, as an rdma_cm error would (test hook for
+     * faults that cannot be staged on demand; wireup lock held). hold_us
+     * widens the window a data path on another thread must survive: the
+     * time between freeing or retiring what the connection holds and
+     * telling the owner. */
+    void inject_failure(ucs_status_t status, const std::string &reason, unsigned hold_us = 0);
+
     /* active side: fails the current attempt (and retries) when it has run
      * longer than connect_timeout_s; now is in seconds on any monotonic clock */
     void check_timeout(double now);
@@ -118,14 +138,22 @@ public:
     const Hello       &peer_hello() const { return peer_hello_; }
     ibv_qp            *qp() const { return qp_; }
     rdma_cm_id        *id() const { return id_; }
+    /* the data path has seen the QP (established): only ~Connection frees it */
+    bool               qp_published() const { return qp_published_; }
+    /* completions may still come for requests posted to the QP: it exists
+     * and, when retired, the provider took it to the error state (a removed
+     * device does not, and completes nothing any more) */
+    bool               qp_completes() const { return (qp_ != nullptr) && !retire_failed_; }
 
 private:
     void start_attempt();
-    void teardown();
+    /* frees what the connection holds: the cm_id, and the QP unless the
+     * data path has it (then it is retired; final: the destructor frees it) */
+    void teardown(bool final = false);
     /* retryable failure of the current attempt */
     void attempt_failed(const std::string &reason);
     /* final failure */
-    void fail(ucs_status_t status, const std::string &reason);
+    void fail(ucs_status_t status, const std::string &reason, unsigned hold_us = 0);
     void established();
     bool modify_to_rts(std::string *reason);
     void on_route_resolved();
@@ -143,6 +171,9 @@ private:
     sockaddr_storage   dst_   = {};
     rdma_cm_id        *id_    = nullptr;
     ibv_qp            *qp_    = nullptr;
+    bool               qp_published_  = false;
+    bool               qp_retired_    = false;
+    bool               retire_failed_ = false;
     unsigned           attempts_ = 0;
     double             attempt_start_ = -1; /* set by the first check_timeout */
     ucs_status_t       status_   = UCS_OK;

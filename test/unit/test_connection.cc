@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -201,6 +202,13 @@ public:
 
     int modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state) override;
 
+    int error_qp(ibv_qp *qp) override
+    {
+        log_.push_back("error_qp");
+        EXPECT_EQ(1u, live_qps.count(qp)) << "error_qp of a QP that is not live";
+        return fault("error_qp");
+    }
+
     void destroy_qp(ibv_qp *qp) override
     {
         log_.push_back("destroy_qp");
@@ -374,7 +382,12 @@ public:
         log_.push_back("on_failed");
         ++failed;
         EXPECT_EQ(ConnState::Failed, conn.state());
-        EXPECT_EQ(nullptr, conn.qp()) << "on_failed before the QP was destroyed";
+        if (conn.qp_published()) {
+            /* the data path may be posting to it: retired, never freed here */
+            EXPECT_NE(nullptr, conn.qp()) << "a published QP freed before ~Connection";
+        } else {
+            EXPECT_EQ(nullptr, conn.qp()) << "on_failed before the QP was destroyed";
+        }
         EXPECT_EQ(nullptr, conn.id()) << "on_failed before the id was destroyed";
     }
     void on_closed(Connection &conn) override
@@ -1433,7 +1446,7 @@ TEST(WireupConnection, ActiveConnectedThenDisconnected)
     r.to_connected_active();
     r.take();
     r.feed(RDMA_CM_EVENT_DISCONNECTED);
-    EXPECT_EQ(r.take(), (Calls{"disconnect", "on_closed"}));
+    EXPECT_EQ(r.take(), (Calls{"disconnect", "error_qp", "on_closed"}));
     EXPECT_EQ(ConnState::Closed, r.conn->state());
     EXPECT_EQ(1, r.owner.closed);
     EXPECT_EQ(0, r.owner.failed);
@@ -1454,7 +1467,7 @@ TEST(WireupConnection, PassiveConnectedThenDisconnected)
     r.to_connected_passive();
     r.take();
     r.feed(RDMA_CM_EVENT_DISCONNECTED);
-    EXPECT_EQ(r.take(), (Calls{"disconnect", "on_closed"}));
+    EXPECT_EQ(r.take(), (Calls{"disconnect", "error_qp", "on_closed"}));
     EXPECT_EQ(ConnState::Closed, r.conn->state());
     r.conn.reset();
     EXPECT_EQ(r.take(), (Calls{"destroy_qp", "destroy_id"}));
@@ -1470,7 +1483,8 @@ TEST(WireupConnection, DeviceRemovalInEveryLiveState)
         {ConnState::ResolvingRoute, {"destroy_id", "on_failed"}},
         {ConnState::Connecting, {"destroy_qp", "destroy_id", "on_failed"}},
         {ConnState::Accepting, {"destroy_qp", "destroy_id", "on_failed"}},
-        {ConnState::Connected, {"destroy_qp", "destroy_id", "on_failed"}},
+        /* established: the data path has the QP, only ~Connection frees it */
+        {ConnState::Connected, {"error_qp", "destroy_id", "on_failed"}},
     };
     for (const auto &tc : cases) {
         SCOPED_TRACE(to_string(tc.state));
@@ -1497,9 +1511,87 @@ TEST(WireupConnection, DeviceRemovalInEveryLiveState)
 
         r.feed(RDMA_CM_EVENT_DEVICE_REMOVAL); /* once only */
         r.conn.reset();
-        EXPECT_EQ(r.take(), Calls{});
+        EXPECT_EQ(r.take(), (tc.state == ConnState::Connected) ? Calls{"destroy_qp"} : Calls{});
         EXPECT_EQ(1, r.owner.failed);
     }
+}
+
+/* The QP of an established connection is posted to by the data path on
+ * another thread without the wireup lock: whatever ends the connection on
+ * the async thread only retires it (error state), and ~Connection frees it. */
+TEST(WireupConnection, EstablishedQpIsFreedOnlyByTheDestructor)
+{
+    const struct {
+        const char *name;
+        std::function<void(Rig &)> end;
+        Calls calls;      /* when it ends */
+        Calls destroyed;  /* at ~Connection */
+    } cases[] = {
+        {"injected failure", [](Rig &r) { r.conn->inject_failure(UCS_ERR_IO_ERROR, "hook"); },
+         {"error_qp", "destroy_id", "on_failed"}, {"destroy_qp"}},
+        {"device removal", [](Rig &r) { r.feed(RDMA_CM_EVENT_DEVICE_REMOVAL); },
+         {"error_qp", "destroy_id", "on_failed"}, {"destroy_qp"}},
+        {"peer disconnect", [](Rig &r) { r.feed(RDMA_CM_EVENT_DISCONNECTED); },
+         {"disconnect", "error_qp", "on_closed"}, {"destroy_qp", "destroy_id"}},
+        /* the owner retires it itself when requests are in flight */
+        {"close", [](Rig &r) { r.conn->close(); }, {"disconnect", "destroy_id"}, {"destroy_qp"}},
+    };
+    for (const auto &tc : cases) {
+        for (const bool active : {true, false}) {
+            SCOPED_TRACE(std::string(tc.name) + (active ? ", active" : ", passive"));
+            Rig r;
+            r.ece.rxe();
+            active ? r.to_connected_active() : r.to_connected_passive();
+            ibv_qp *qp = r.conn->qp();
+            ASSERT_NE(nullptr, qp);
+            EXPECT_TRUE(r.conn->qp_published());
+            r.take();
+            tc.end(r);
+            EXPECT_EQ(r.take(), tc.calls);
+            EXPECT_EQ(qp, r.conn->qp()) << "the QP must stay for the data path";
+            EXPECT_EQ(1u, r.cm.live_qps.count(qp));
+            EXPECT_TRUE(r.conn->qp_completes()) << "a retired QP flushes what was posted";
+            r.conn->retire_qp();
+            r.conn->retire_qp(); /* once */
+            r.conn->inject_failure(UCS_ERR_IO_ERROR, "again"); /* ended already: nothing */
+            const Calls after = r.take();
+            EXPECT_LE(count(after, "error_qp"), 1u);
+            EXPECT_EQ(0u, count(after, "on_failed"));
+            r.conn.reset();
+            EXPECT_EQ(r.take(), tc.destroyed);
+            EXPECT_EQ(0u, r.cm.live_qps.count(qp));
+        }
+    }
+}
+
+TEST(WireupConnection, RetireFailureMeansNoCompletionsExpected)
+{
+    Rig r;
+    r.ece.rxe();
+    r.to_connected_active();
+    r.cm.inject("error_qp", EIO);
+    r.take();
+    r.feed(RDMA_CM_EVENT_DEVICE_REMOVAL);
+    EXPECT_EQ(r.take(), (Calls{"error_qp", "destroy_id", "on_failed"}));
+    EXPECT_NE(nullptr, r.conn->qp());
+    EXPECT_FALSE(r.conn->qp_completes()) << "a QP the provider could not move to ERR";
+    EXPECT_TRUE(r.owner.logged("ibv_modify_qp(ERR): " + strerr(EIO)));
+}
+
+TEST(WireupConnection, InjectedFailureBeforeEstablishedDestroysTheQp)
+{
+    Rig r;
+    r.ece.rxe();
+    r.make();
+    r.conn->connect(Rig::dst());
+    advance_to(r, ConnState::Connecting);
+    r.take();
+    r.conn->inject_failure(UCS_ERR_ENDPOINT_TIMEOUT, "hook");
+    EXPECT_EQ(r.take(), (Calls{"destroy_qp", "destroy_id", "on_failed"}));
+    EXPECT_FALSE(r.conn->qp_published());
+    EXPECT_EQ(nullptr, r.conn->qp());
+    EXPECT_EQ(UCS_ERR_ENDPOINT_TIMEOUT, r.conn->status());
+    EXPECT_EQ("hook", r.conn->error());
 }
 
 TEST(WireupConnection, DeviceRemovalAfterCloseIsIgnored)

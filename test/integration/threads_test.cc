@@ -1,0 +1,201 @@
+/*
+ * The async thread against the data path: connections failed from another
+ * thread while the application's thread posts to them in a tight loop.
+ *
+ * A connection fails on UCX's async thread (rdma_cm events, the connect
+ * timer) under the interface's wireup lock, while the data path posts and
+ * polls without it. xqp_ep_inject_failure() fails a connection exactly the
+ * way such an event does, from the calling thread, so the race can be run
+ * thousands of times on demand. Whatever the interleaving, every post must
+ * return success, no resources or the injected status; every zero-copy
+ * completion must run exactly once; the error handler must report each
+ * endpoint once; and nothing may crash.
+ *
+ * XQP_STRESS_ROUNDS sets the number of rounds (8 endpoints each).
+ */
+#include "bed.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <deque>
+#include <random>
+
+namespace {
+
+using namespace xqp_test;
+
+using InjectFn = int (*)(uct_ep_h, ucs_status_t, unsigned);
+
+constexpr ucs_status_t kInjected = UCS_ERR_ENDPOINT_TIMEOUT;
+
+int env_int(const char *name, int fallback)
+{
+    const char *value = std::getenv(name);
+    return (value != nullptr) ? std::atoi(value) : fallback;
+}
+
+class Threads : public Datapath {
+protected:
+    void SetUp() override
+    {
+        Datapath::SetUp();
+        if (IsSkipped() || HasFatalFailure()) {
+            return;
+        }
+        inject_ = reinterpret_cast<InjectFn>(dlsym(RTLD_DEFAULT, "xqp_ep_inject_failure"));
+        ASSERT_NE(nullptr, inject_) << "xqp_ep_inject_failure is not exported";
+    }
+
+    InjectFn inject_ = nullptr;
+};
+
+/* One request of kind k on e; zero-copy ones get a completion from comps. */
+ucs_status_t post_one(uct_ep_h e, unsigned k, const Region &local, const Region &remote,
+                      std::deque<Comp> &comps, size_t *inprogress)
+{
+    static const uint64_t word = 0x0123456789abcdefull;
+    static const std::vector<uint8_t> msg = make_pattern(64, 3);
+    PackArg pack{msg.data(), msg.size()};
+    ucs_status_t status;
+    switch (k % 5) {
+    case 0:
+        return uct_ep_put_short(e, &word, sizeof(word), remote.addr(), remote.rkey());
+    case 1:
+        return uct_ep_am_short(e, kAmId, word, &word, sizeof(word));
+    case 2: {
+        const ssize_t r = uct_ep_am_bcopy(e, kAmId, pack_cb, &pack, 0);
+        return (r >= 0) ? UCS_OK : static_cast<ucs_status_t>(r);
+    }
+    case 3: {
+        uct_iov_t iov = {local.ptr(), 4 * kKiB, local.memh(), 0, 1};
+        comps.emplace_back();
+        status = uct_ep_put_zcopy(e, &iov, 1, remote.addr(), remote.rkey(), &comps.back().uct);
+        break;
+    }
+    default: {
+        uct_iov_t iov = {local.ptr(), 256, local.memh(), 0, 1};
+        comps.emplace_back();
+        status = uct_ep_am_zcopy(e, kAmId, &word, sizeof(word), &iov, 1, 0, &comps.back().uct);
+        break;
+    }
+    }
+    if (status == UCS_INPROGRESS) {
+        ++*inprogress;
+    } else {
+        comps.pop_back(); /* not started: no completion will come */
+    }
+    return status;
+}
+
+TEST_F(Threads, FailureFromAnotherThreadWhilePosting)
+{
+    const int rounds = env_int("XQP_STRESS_ROUNDS", 200);
+    constexpr int kEps = 8;
+    Region local(*b_, 64 * kKiB), remote(*b_, 64 * kKiB);
+    ASSERT_EQ(UCS_OK, local.status());
+    ASSERT_EQ(UCS_OK, remote.status());
+    std::mt19937 rng(20261201);
+    size_t posted = 0, refused = 0, injected_before_first_post = 0;
+
+    for (int round = 0; round < rounds; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        std::vector<uct_ep_h> eps(kEps, nullptr);
+        for (auto &e : eps) {
+            ASSERT_EQ(UCS_OK, b_->create_ep(b_->sender, b_->receiver, &e));
+        }
+        for (auto *e : eps) {
+            ASSERT_EQ(UCS_OK, b_->flush(e)) << "connecting";
+        }
+        const size_t errors_before = b_->ep_errors.size();
+
+        /* the injector fails the endpoints in a random order, starting at a
+         * random moment while this thread posts */
+        std::vector<int> order(kEps);
+        for (int i = 0; i < kEps; ++i) {
+            order[i] = i;
+        }
+        std::shuffle(order.begin(), order.end(), rng);
+        const unsigned delay_us = rng() % 400;
+        std::atomic<bool> go{false};
+        std::atomic<int>  rc{0};
+        std::thread injector([&] {
+            while (!go.load(std::memory_order_acquire)) {
+                std::this_thread::yield();
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+            for (const int i : order) {
+                /* held between retiring the QP and failing the endpoint:
+                 * the window where a poster would find its QP gone */
+                rc |= inject_(eps[i], kInjected, 50 + delay_us % 200);
+                std::this_thread::sleep_for(std::chrono::microseconds(delay_us % 37));
+            }
+        });
+
+        std::deque<Comp> comps;
+        size_t inprogress = 0;
+        std::vector<bool> failed(kEps, false);
+        int nfailed = 0;
+        const auto deadline = Clock::now() + std::chrono::duration<double>(kTimeout);
+        go.store(true, std::memory_order_release);
+        for (unsigned k = 0; (nfailed < kEps) && (Clock::now() < deadline); ++k) {
+            for (int i = 0; i < kEps; ++i) {
+                if (failed[i]) {
+                    continue;
+                }
+                const ucs_status_t status = post_one(eps[i], k + i, local, remote, comps,
+                                                     &inprogress);
+                if ((status == UCS_OK) || (status == UCS_INPROGRESS)) {
+                    ++posted;
+                } else if (status != UCS_ERR_NO_RESOURCE) {
+                    EXPECT_EQ(kInjected, status) << "ep " << i << ", request kind " << (k + i) % 5;
+                    failed[i] = true;
+                    ++nfailed;
+                    ++refused;
+                    injected_before_first_post += (k == 0) ? 1 : 0;
+                }
+            }
+            b_->progress();
+        }
+        injector.join();
+        ASSERT_EQ(0, rc.load()) << "xqp_ep_inject_failure refused an endpoint";
+        ASSERT_EQ(kEps, nfailed) << "endpoints still accepting requests after the injection";
+
+        /* the error handler, once per endpoint, with the injected status;
+         * every started zero-copy request completes exactly once */
+        EXPECT_TRUE(b_->wait_for([&] {
+            return (b_->ep_errors.size() >= errors_before + kEps) &&
+                   std::all_of(comps.begin(), comps.end(), [](const Comp &c) {
+                       return c.calls > 0;
+                   });
+        })) << b_->ep_errors.size() - errors_before << " error handler calls";
+        ASSERT_EQ(errors_before + kEps, b_->ep_errors.size());
+        for (size_t j = errors_before; j < b_->ep_errors.size(); ++j) {
+            EXPECT_NE(eps.end(), std::find(eps.begin(), eps.end(), b_->ep_errors[j].first));
+            EXPECT_EQ(kInjected, b_->ep_errors[j].second);
+        }
+        for (const auto &c : comps) {
+            EXPECT_EQ(1, c.calls);
+            EXPECT_TRUE((c.status == UCS_OK) || (c.status == kInjected))
+                    << ucs_status_string(c.status);
+        }
+        EXPECT_EQ(inprogress, comps.size());
+        for (auto *e : eps) {
+            EXPECT_EQ(kInjected, uct_ep_flush(e, 0, nullptr));
+            uct_ep_destroy(e);
+        }
+        b_->ep_errors.resize(errors_before); /* ours, checked above */
+        sink_.msgs.clear();
+        sink_.flags.clear();
+        if (HasFatalFailure()) {
+            return;
+        }
+    }
+    /* what the failed connections delivered before they failed arrives now */
+    b_->spin(0.2);
+    std::printf("%d rounds x %d endpoints: %zu requests posted, %zu refused with the injected "
+                "status (%zu before the first post)\n",
+                rounds, kEps, posted, refused, injected_before_first_post);
+}
+
+} // namespace
