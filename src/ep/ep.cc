@@ -154,6 +154,9 @@ unsigned Endpoint::dispatch()
 {
     unsigned count = 0;
     if (state() == State::Connected) {
+        /* the requests run here may post, flush or queue again on this
+         * endpoint: they are the oldest, nothing overtakes them */
+        dispatching_ = true;
         while (!ucs_queue_is_empty(&pending_) && (tx_check_all() == UCS_OK)) {
             ucs_queue_elem_t *elem = ucs_queue_pull_non_empty(&pending_);
             uct_pending_req_t *req = pending_req(elem);
@@ -167,6 +170,7 @@ unsigned Endpoint::dispatch()
                 ucs_queue_push_head(&pending_, elem);
             }
         }
+        dispatching_ = false;
         if (!ucs_queue_is_empty(&pending_)) {
             iface_->wait_for_resources(this);
         }
@@ -184,6 +188,11 @@ ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *comp)
 {
     switch (state()) {
     case State::Connected:
+        if (ucs_unlikely(!ucs_queue_is_empty(&pending_) && !dispatching_)) {
+            /* queued requests are not posted yet, and the flush covers
+             * them: it waits behind them (pending_add) */
+            return UCS_ERR_NO_RESOURCE;
+        }
         if (outstanding() == 0) {
             return UCS_OK;
         }
@@ -216,11 +225,19 @@ ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *comp)
 ucs_status_t Endpoint::pending_add(uct_pending_req_t *req, unsigned)
 {
     if (state() == State::Connected) {
-        if (tx_check_all() == UCS_OK) {
+        const bool queued = !ucs_queue_is_empty(&pending_) && !dispatching_;
+        const bool free   = (tx_check_all() == UCS_OK);
+        if (free && !queued) {
             return UCS_ERR_BUSY; /* the resources are there: retry now */
         }
+        /* behind the requests queued before it, which the interface
+         * dispatches as soon as there are resources */
         ucs_queue_push(&pending_, pending_elem(req));
-        iface_->wait_for_resources(this);
+        if (free) {
+            iface_->schedule_pending(this);
+        } else {
+            iface_->wait_for_resources(this);
+        }
         return UCS_OK;
     }
     if (state() == State::Failed) {
@@ -257,7 +274,10 @@ ucs_status_t Endpoint::tx_check() const
 {
     const State st = state();
     if (ucs_likely(st == State::Connected)) {
-        return has_tx_resources() ? UCS_OK : UCS_ERR_NO_RESOURCE;
+        /* queued requests go first: a new one waits behind them */
+        return (has_tx_resources() && (ucs_queue_is_empty(&pending_) || dispatching_)) ?
+                       UCS_OK :
+                       UCS_ERR_NO_RESOURCE;
     }
     return (st == State::Failed) ? fail_status_ : UCS_ERR_NO_RESOURCE;
 }

@@ -6,7 +6,10 @@
  * (wireup/connection.h, driven by the interface's rdma_cm events). Until it
  * is established, operations return UCS_ERR_NO_RESOURCE and pending
  * requests queue up; they are dispatched from the worker's progress once it
- * is, the way uct_tcp behaves. A connection that fails for good makes every
+ * is, the way uct_tcp behaves. While requests are queued, nothing overtakes
+ * them: new operations return UCS_ERR_NO_RESOURCE, a flush waits for them
+ * (UCS_ERR_NO_RESOURCE, then pending_add) and pending_add queues behind
+ * them. A connection that fails for good makes every
  * operation return its status and is reported to the interface's error
  * handler.
  */
@@ -168,6 +171,8 @@ private:
     ibv_sge             am_inl_sge_[2]  = {};
     ibv_send_wr         am_inl_wr_      = {};
     bool                destroying_  = false;
+    /* dispatch() is running this endpoint's pending requests */
+    bool                dispatching_ = false;
     /* flush completions, in posting order: (sequence to reach, completion) */
     std::vector<std::pair<uint64_t, uct_completion_t *>> flushes_;
 };

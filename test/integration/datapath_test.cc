@@ -13,6 +13,10 @@
  */
 #include "bed.h"
 
+#include <xqp/xqp.h>
+
+#include <dlfcn.h>
+
 namespace {
 
 using namespace xqp_test;
@@ -1159,6 +1163,67 @@ TEST_F(Pending, EventFdWakesTheSleeperWhenTheConnectionIsUp)
     ASSERT_EQ(UCS_OK, b_->flush(e.get()));
     ASSERT_TRUE(b_->wait_for([&] { return !sink_.msgs.empty(); })) << "the pending message";
     EXPECT_EQ(std::vector<std::vector<uint8_t>>{msg}, sink_.msgs);
+}
+
+/* The connection comes up on the async thread; the requests queued while it
+ * connected run in the next progress. In between, the endpoint must not look
+ * idle: UCP's worker flush asks uct_iface_flush, and a flush that said
+ * "done" there let ucp_worker_flush return before a queued get had run
+ * (UCX's test_ucp_rma.get_nonblocking read stale bytes), and let UCP close an
+ * endpoint with requests still queued ("pending request should have been
+ * flushed"). New operations must not overtake the queued ones either. */
+TEST_F(Pending, QueuedRequestsStayFirstOnceConnected)
+{
+    using InfoFn = int (*)(uct_ep_h, xqp_wireup_info_t *);
+    auto info_fn = reinterpret_cast<InfoFn>(dlsym(RTLD_DEFAULT, "xqp_ep_wireup_info"));
+    ASSERT_NE(nullptr, info_fn) << "xqp_ep_wireup_info is not exported";
+    Region remote(*b_, kSlot);
+    ASSERT_EQ(UCS_OK, remote.status());
+
+    uct_ep_h raw = nullptr;
+    ASSERT_EQ(UCS_OK, b_->create_ep(b_->sender, b_->receiver, &raw));
+    std::unique_ptr<uct_ep, decltype(&uct_ep_destroy)> e(raw, uct_ep_destroy);
+    const std::vector<uint8_t> first = make_pattern(kSlot, 1), second = make_pattern(kSlot, 2);
+    PendingOp a, b;
+    for (auto *p : {&a, &b}) {
+        p->req.func = pending_run;
+        p->ep       = e.get();
+        p->remote   = remote.addr(0);
+        p->rkey     = remote.rkey();
+    }
+    a.pack = {first.data(), kSlot};
+    b.pack = {second.data(), kSlot};
+    ASSERT_EQ(UCS_OK, uct_ep_pending_add(e.get(), &a.req, 0)) << "queued while connecting";
+
+    /* connected, and no progress has run since */
+    xqp_wireup_info_t info = {};
+    const auto deadline    = Clock::now() + std::chrono::duration<double>(kTimeout);
+    while ((info_fn(e.get(), &info) == 0) && (info.state != XQP_CONN_CONNECTED) &&
+           (info.state != XQP_CONN_FAILED) && (Clock::now() < deadline)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(XQP_CONN_CONNECTED, info.state) << info.error;
+    ASSERT_EQ(0, a.calls) << "the queued request runs in progress";
+
+    EXPECT_EQ(UCS_ERR_NO_RESOURCE, uct_ep_flush(e.get(), 0, nullptr))
+            << "the endpoint flush ignored a queued request";
+    EXPECT_EQ(UCS_INPROGRESS, uct_iface_flush(b_->sender, 0, nullptr))
+            << "the interface flush ignored a queued request";
+    PackArg overtaker{second.data(), kSlot};
+    EXPECT_EQ(UCS_ERR_NO_RESOURCE,
+              uct_ep_put_bcopy(e.get(), pack_cb, &overtaker, remote.addr(0), remote.rkey()))
+            << "a new put overtook the queued one";
+    EXPECT_EQ(0, overtaker.calls);
+    EXPECT_EQ(UCS_OK, uct_ep_pending_add(e.get(), &b.req, 0))
+            << "a request that cannot overtake the queue must join it";
+
+    ASSERT_EQ(UCS_OK, b_->flush(e.get()));
+    EXPECT_EQ(1, a.done);
+    EXPECT_EQ(1, b.done);
+    ASSERT_EQ(UCS_OK, b_->wait_for([&] { return uct_iface_flush(b_->sender, 0, nullptr) != UCS_INPROGRESS; }) ?
+                              uct_iface_flush(b_->sender, 0, nullptr) : UCS_ERR_TIMED_OUT);
+    /* both wrote the same slot, the second one last */
+    EXPECT_TRUE(same_bytes(remote.ptr(0), second.data(), kSlot, "the slot both puts wrote"));
 }
 
 /* Endpoints of one interface share its bounce buffers. An endpoint whose
