@@ -26,7 +26,9 @@ bool pack_device_address(const sockaddr *addr, uint8_t *dev_addr);
 bool pack_iface_address(const sockaddr *addr, uint8_t *iface_addr);
 
 /* The listener's sockaddr from a device and an interface address; nullopt
- * (with why) when the bytes are not a valid xqp address. */
+ * (with why) when the bytes are not a valid xqp address. The device address
+ * may also be a RoCE device address of UCX's (compat/ib_address.h: what
+ * UCP's client/server flow passes), whose GID gives the IP. */
 std::optional<sockaddr_storage> unpack_address(const uint8_t *dev_addr, const uint8_t *iface_addr,
                                                std::string *why);
 

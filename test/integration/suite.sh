@@ -494,6 +494,60 @@ test_ucp_multi_thread() (
     done
 )
 
+# UCP's client/server API over UCX_TLS=xqp with peer error handling: a
+# listener, NCLIENTS socket-address clients at once, stream, tag and AM
+# echoes compared byte by byte; then the server is SIGKILLed and every
+# client's error handler must run, with nothing hung.
+ucp_cs_round() {
+    local size=$1 nclients=$2 port=$((20000 + RANDOM % 10000)) k rc=0
+    local d=$WORK/cs.$size
+    # no timeout(1) around the server: SIGKILL must reach the server itself
+    # (the suite's own limit, and the kill below, bound it)
+    env UCX_TLS=xqp UCX_LOG_LEVEL=info UCX_WARN_UNUSED_ENV_VARS=n \
+        "$RUN" "$TESTS/xqp_ucp_cs" server "$port" "$nclients" "$size" > "$d.server" 2>&1 &
+    local server=$!
+    wait_listen "$port" || { echo "server never listened"; cat "$d.server"; kill -9 "$server"; return 1; }
+    local pids=()
+    for k in $(seq "$nclients"); do
+        env UCX_TLS=xqp UCX_LOG_LEVEL=info UCX_WARN_UNUSED_ENV_VARS=n timeout 120 \
+            "$RUN" "$TESTS/xqp_ucp_cs" client "${XQP_VM_IP:-10.77.0.1}" "$port" "$k" "$size" 60 \
+            > "$d.client$k" 2>&1 &
+        pids+=($!)
+    done
+    # every client done with its exchanges, then the server dies
+    for _ in $(seq 600); do
+        [ "$(cat "$d".client* | grep -c 'stream tag am ok')" = "$nclients" ] && break
+        grep -q 'xqp_ucp_cs' "$d".client* "$d.server" && break
+        sleep 0.1
+    done
+    kill -9 "$server" 2>/dev/null
+    wait "$server" 2>/dev/null
+    local start=$SECONDS
+    for k in $(seq "$nclients"); do
+        wait "${pids[$((k - 1))]}" || { echo "client $k exited $?"; rc=1; }
+    done
+    local took=$((SECONDS - start))
+    for k in $(seq "$nclients"); do
+        echo "== client $k ($size B)"
+        grep -Ev 'INFO|^\[' "$d.client$k" | head -20
+        grep -q "^client $k: stream tag am ok" "$d.client$k" || { echo "client $k: no exchange"; rc=1; }
+        grep -q "^client $k: error " "$d.client$k" || { echo "client $k: no error handler"; rc=1; }
+        # UCX's own log names the lanes: they must be xqp's
+        grep -q "ep_cfg.*xqp/$DEV:1" "$d.client$k" ||
+            { echo "client $k: UCP did not use xqp"; grep -E 'ep_cfg|rdmacm|tcp' "$d.client$k" | head; rc=1; }
+    done
+    grep -c '^served' "$d.server" | grep -qx "$nclients" ||
+        { echo "== server"; grep -v INFO "$d.server" | tail -n 20; rc=1; }
+    echo "clients saw the failure within $took s"
+    [ "$rc" = 0 ] && [ "$took" -lt 60 ]
+}
+
+test_ucp_client_server() (
+    need_device
+    # eager sizes, then a rendezvous size (zero-copy RMA over xqp)
+    ucp_cs_round 8 3 && ucp_cs_round 1048576 2
+)
+
 test_mpi_over_xqp() (
     need_device
     prog=$TESTS/xqp_mpi_pingpong
@@ -579,6 +633,7 @@ run_test "ucx_perftest UCT: put/get/am/atomics over xqp, one-sided and loopback"
 run_test "ucx_perftest UCP with UCX_TLS=xqp: tag/rma/amo/stream/am" test_ucp_over_xqp_only
 run_test "UCP event-driven progress (-E sleep) over xqp" test_ucp_event_driven
 run_test "UCP thread-safe workers over xqp (UCX_USE_MT_MUTEX=y, -M multi, -T 2)" test_ucp_multi_thread
+run_test "UCP client/server (listener, sockaddr, peer errors) over xqp; server killed" test_ucp_client_server
 run_test "Open MPI (pml ucx) 2 ranks over xqp: ping-pong to 4 MiB + allreduce" test_mpi_over_xqp
 # a benchmark: reports, never fails the suite on speed
 run_test "bench: 256 connections, xqp vs rdma-core cmtime" bench_wireup_vs_cmtime
