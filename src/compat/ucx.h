@@ -50,6 +50,12 @@ extern "C" {
 #include <ucs/type/cpu_set.h>
 }
 
+/* UCX's parameter-check macros (UCT_CHECK_LENGTH, ...) use GNU C's typeof,
+ * which ISO C++ lacks; GNU's other spelling works in both. */
+#if defined(__cplusplus) && !defined(typeof)
+#define typeof __typeof__
+#endif
+
 namespace xqp::compat {
 
 /* The UCX release this plugin was compiled against. */

@@ -387,6 +387,16 @@ void Endpoint::on_send_completion(uint64_t sn)
 }
 
 /* scatter/gather entries of an iov of registered memory */
+/* what an iov array carries in all */
+static size_t iov_bytes(const uct_iov_t *iov, size_t iovcnt)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < iovcnt; ++i) {
+        total += iov[i].length * std::max<unsigned>(iov[i].count, 1);
+    }
+    return total;
+}
+
 static ucs_status_t iov_to_sge(const uct_iov_t *iov, size_t iovcnt, ibv_sge *sge,
                                size_t max_sge, int *num_sge, size_t *total)
 {
@@ -420,6 +430,7 @@ static void set_rdma(ibv_send_wr &wr, ibv_wr_opcode opcode, uint64_t remote_addr
 ucs_status_t Endpoint::put_short(const void *buffer, unsigned length, uint64_t remote_addr,
                                  uct_rkey_t rkey)
 {
+    UCT_CHECK_LENGTH(length, 0, iface_->max_inline(), "put_short");
     ucs_status_t status = tx_check();
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
@@ -466,6 +477,8 @@ ssize_t Endpoint::put_bcopy(uct_pack_callback_t pack_cb, void *arg, uint64_t rem
 ucs_status_t Endpoint::rdma_zcopy(ibv_wr_opcode opcode, const uct_iov_t *iov, size_t iovcnt,
                                   uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
 {
+    UCT_CHECK_IOV_SIZE(iovcnt, iface_->max_send_sge(),
+                       (opcode == IBV_WR_RDMA_WRITE) ? "put_zcopy" : "get_zcopy");
     ucs_status_t status = tx_check();
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
@@ -496,6 +509,7 @@ ucs_status_t Endpoint::put_zcopy(const uct_iov_t *iov, size_t iovcnt, uint64_t r
 ucs_status_t Endpoint::get_bcopy(uct_unpack_callback_t unpack_cb, void *arg, size_t length,
                                  uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp)
 {
+    UCT_CHECK_LENGTH(length, 0, iface_->seg_size(), "get_bcopy");
     ucs_status_t status = tx_check();
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
@@ -572,6 +586,8 @@ static void set_send(ibv_send_wr &wr, uint8_t id)
 ucs_status_t Endpoint::am_short(uint8_t id, uint64_t header, const void *payload,
                                 unsigned length)
 {
+    UCT_CHECK_AM_ID(id);
+    UCT_CHECK_LENGTH(sizeof(header) + length, 0, iface_->max_inline(), "am_short");
     ucs_status_t status = tx_check();
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
@@ -590,6 +606,8 @@ ucs_status_t Endpoint::am_short(uint8_t id, uint64_t header, const void *payload
 
 ucs_status_t Endpoint::am_short_iov(uint8_t id, const uct_iov_t *iov, size_t iovcnt)
 {
+    UCT_CHECK_AM_ID(id);
+    UCT_CHECK_LENGTH(iov_bytes(iov, iovcnt), 0, iface_->max_inline(), "am_short_iov");
     ucs_status_t status = tx_check();
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
@@ -621,6 +639,7 @@ ucs_status_t Endpoint::am_short_iov(uint8_t id, const uct_iov_t *iov, size_t iov
 
 ssize_t Endpoint::am_bcopy(uint8_t id, uct_pack_callback_t pack_cb, void *arg)
 {
+    UCT_CHECK_AM_ID(id);
     ibv_send_wr wr = {};
     set_send(wr, id);
     return bcopy(pack_cb, arg, &wr);
@@ -629,6 +648,10 @@ ssize_t Endpoint::am_bcopy(uint8_t id, uct_pack_callback_t pack_cb, void *arg)
 ucs_status_t Endpoint::am_zcopy(uint8_t id, const void *header, unsigned header_length,
                                 const uct_iov_t *iov, size_t iovcnt, uct_completion_t *comp)
 {
+    UCT_CHECK_AM_ID(id);
+    UCT_CHECK_LENGTH(header_length, 0, iface_->max_am_hdr(), "am_zcopy header");
+    UCT_CHECK_LENGTH(header_length + iov_bytes(iov, iovcnt), 0, iface_->seg_size(),
+                     "am_zcopy");
     ucs_status_t status = tx_check();
     if (ucs_unlikely(status != UCS_OK)) {
         return status;

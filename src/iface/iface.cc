@@ -1106,7 +1106,6 @@ void Iface::query(uct_iface_attr_t *attr)
         attr->cap.atomic64.op_flags  = UCS_BIT(UCT_ATOMIC_OP_ADD);
         attr->cap.atomic64.fop_flags = UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_CSWAP);
     }
-    const size_t am_hdr = sizeof(uint64_t); /* am_short's header */
     attr->cap.put.max_short       = max_inline_;
     attr->cap.put.max_bcopy       = seg_size_;
     attr->cap.put.min_zcopy       = 0;
@@ -1120,13 +1119,14 @@ void Iface::query(uct_iface_attr_t *attr)
     attr->cap.get.opt_zcopy_align = 1;
     attr->cap.get.align_mtu       = 1;
     attr->cap.get.max_iov         = max_send_sge_;
-    attr->cap.am.max_short        = (max_inline_ > am_hdr) ? (max_inline_ - am_hdr) : 0;
+    /* header and payload together: no transport header travels with them */
+    attr->cap.am.max_short        = max_inline_;
     attr->cap.am.max_bcopy        = seg_size_;
     attr->cap.am.min_zcopy        = 0;
     attr->cap.am.max_zcopy        = seg_size_;
     attr->cap.am.opt_zcopy_align  = 1;
     attr->cap.am.align_mtu        = 1;
-    attr->cap.am.max_hdr          = std::min<size_t>(seg_size_ / 2, 128);
+    attr->cap.am.max_hdr          = max_am_hdr();
     attr->cap.am.max_iov          = max_send_sge_ - 1;
     attr->bandwidth.dedicated = 0;
     attr->bandwidth.shared    = bandwidth_;

@@ -34,6 +34,7 @@
 
 #include <xqp/xqp.h>
 
+#include <algorithm>
 #include <list>
 #include <memory>
 #include <atomic>
@@ -150,6 +151,8 @@ public:
     BufferPool &tx_pool() { return *tx_pool_; }
     size_t max_inline() const { return max_inline_; }
     size_t seg_size() const { return seg_size_; }
+    /* the largest am_zcopy header (cap.am.max_hdr) */
+    size_t max_am_hdr() const { return std::min<size_t>(seg_size_ / 2, 128); }
     uint32_t max_send_sge() const { return max_send_sge_; }
     bool atomics() const { return atomics_; }
     uint32_t tx_queue_len() const { return tx_queue_len_; }

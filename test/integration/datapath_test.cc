@@ -11,11 +11,20 @@
  * device (the testbed's rxe0); without it every test is skipped. Sizes and
  * bursts are kept small enough for Soft-RoCE under emulation.
  */
+/* first, as in UCX itself: the UCX build's configuration (ENABLE_PARAMS_CHECK) */
+#include <ucx_build_config.h>
+
 #include "bed.h"
 
 #include <xqp/xqp.h>
 
+#include <ucs/debug/log_def.h>
+
 #include <dlfcn.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <utility>
 
 namespace {
 
@@ -296,7 +305,7 @@ TEST_P(AmTest, BurstArrivesOnceInOrderWithKeptDescriptors)
     const size_t size = std::get<1>(GetParam());
     const auto &cap   = attr().cap;
 
-    if ((op == Am::Short) && (size > cap.am.max_short)) {
+    if ((op == Am::Short) && (size + sizeof(uint64_t) > cap.am.max_short)) {
         std::vector<uint8_t> small(size);
         EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_ep_am_short(ep(), kAmId, 0, small.data(),
                                                          static_cast<unsigned>(size)))
@@ -1384,6 +1393,92 @@ TEST_F(Datapath, OversizedOperationsAreRefused)
     ASSERT_EQ(UCS_OK, b_->flush(ep()));
     EXPECT_EQ(value, load64(remote.ptr(8)));
 }
+
+#if ENABLE_PARAMS_CHECK
+/* The errors UCX's parameter checks (UCT_CHECK_*) log while a test runs. */
+class LoggedErrors {
+public:
+    LoggedErrors() { ucs_log_push_handler(handler); }
+    ~LoggedErrors() { ucs_log_pop_handler(); }
+    /* the errors logged since the last call, then forgets them */
+    std::vector<std::string> take() { return std::exchange(lines(), {}); }
+
+private:
+    static std::vector<std::string> &lines()
+    {
+        static std::vector<std::string> l;
+        return l;
+    }
+    static ucs_log_func_rc_t handler(const char *, unsigned, const char *, ucs_log_level_t level,
+                                     const ucs_log_component_config_t *, const char *message,
+                                     va_list ap)
+    {
+        if (level != UCS_LOG_LEVEL_ERROR) {
+            return UCS_LOG_FUNC_RC_CONTINUE;
+        }
+        char buf[512];
+        vsnprintf(buf, sizeof(buf), message, ap);
+        lines().push_back(buf);
+        return UCS_LOG_FUNC_RC_STOP;
+    }
+};
+
+/* UCX's own checks and messages (uct_p2p_err_test): an invalid AM id, or a
+ * length beyond what the interface advertises (am.max_short counts the
+ * 8-byte header), gives UCS_ERR_INVALID_PARAM and one error line saying so;
+ * nothing is sent */
+TEST_F(Datapath, ParameterErrorsAreUcxs)
+{
+    const auto &cap = attr().cap;
+    Region local(*b_, cap.am.max_short + cap.am.max_hdr + 64);
+    Region remote(*b_, cap.put.max_short + 64);
+    ASSERT_EQ(UCS_OK, local.status());
+    ASSERT_EQ(UCS_OK, remote.status());
+    std::memset(remote.ptr(), 0x11, cap.put.max_short + 64);
+    LoggedErrors errors;
+    auto expect_one = [&](ucs_status_t status, const char *what, const char *words) {
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM, status) << what;
+        const auto got = errors.take();
+        ASSERT_EQ(1u, got.size()) << what;
+        EXPECT_NE(std::string::npos, got[0].find(words)) << what << ": " << got[0];
+    };
+    const uint8_t bad_id = UCT_AM_ID_MAX;
+    uint64_t hdr         = 0;
+    uct_iov_t one        = {local.ptr(), 4, local.memh(), 0, 1};
+    PackArg pack{local.ptr(), 4};
+    expect_one(uct_ep_am_short(ep(), bad_id, 0, local.ptr(), 4), "am_short id",
+               "active message id");
+    expect_one(uct_ep_am_short_iov(ep(), bad_id, &one, 1), "am_short_iov id", "active message id");
+    expect_one(static_cast<ucs_status_t>(uct_ep_am_bcopy(ep(), bad_id, pack_cb, &pack, 0)),
+               "am_bcopy id", "active message id");
+    expect_one(uct_ep_am_zcopy(ep(), bad_id, &hdr, sizeof(hdr), &one, 1, 0, nullptr),
+               "am_zcopy id", "active message id");
+
+    /* header + payload one byte beyond am.max_short */
+    expect_one(uct_ep_am_short(ep(), kAmId, 0, local.ptr(),
+                               static_cast<unsigned>(cap.am.max_short + 1 - sizeof(uint64_t))),
+               "am_short length", "length");
+    uct_iov_t too_long = {local.ptr(), cap.am.max_short + 1, UCT_MEM_HANDLE_NULL, 0, 1};
+    expect_one(uct_ep_am_short_iov(ep(), kAmId, &too_long, 1), "am_short_iov length", "length");
+    expect_one(uct_ep_am_zcopy(ep(), kAmId, local.ptr(), static_cast<unsigned>(cap.am.max_hdr + 1),
+                               &one, 1, 0, nullptr),
+               "am_zcopy header length", "length");
+    expect_one(uct_ep_put_short(ep(), local.ptr(), static_cast<unsigned>(cap.put.max_short + 1),
+                                remote.addr(), remote.rkey()),
+               "put_short length", "length");
+
+    /* what the limits allow still goes */
+    ASSERT_EQ(UCS_OK, b_->post([&]() -> ssize_t {
+        return uct_ep_am_short(ep(), kAmId, 0, local.ptr(),
+                               static_cast<unsigned>(cap.am.max_short - sizeof(uint64_t)));
+    }));
+    ASSERT_EQ(UCS_OK, b_->flush(ep()));
+    EXPECT_TRUE(errors.take().empty());
+    b_->spin(0.01);
+    EXPECT_EQ(1u, sink_.msgs.size()) << "only the valid message arrives";
+    EXPECT_TRUE(all_bytes(remote.ptr(), cap.put.max_short + 64, 0x11, "remote memory"));
+}
+#endif
 
 TEST_F(Datapath, ForeignRkeyIsRefused)
 {
