@@ -7,21 +7,28 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace xqp::iface {
 
 BufferPool::BufferPool(ibv_pd *pd, size_t count, size_t size,
-                       const std::vector<unsigned> &numa_nodes, const std::string &name)
-    : count_(count), size_((size + 63) & ~size_t(63))
+                       const std::vector<unsigned> &numa_nodes, const std::string &name,
+                       size_t align)
+    : count_(count)
 {
+    const size_t stride = std::max<size_t>(align, 64);
+    size_             = (size + stride - 1) & ~(stride - 1);
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     length_           = ((count_ * size_) + page - 1) / page * page;
-    void *mem = mmap(nullptr, length_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) {
-        throw_errno("mmap(" + std::to_string(length_) + ") for " + name, errno);
+    /* mmap aligns to a page; a larger alignment takes slack */
+    map_length_ = length_ + ((align > page) ? align : 0);
+    map_ = mmap(nullptr, map_length_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map_ == MAP_FAILED) {
+        throw_errno("mmap(" + std::to_string(map_length_) + ") for " + name, errno);
     }
-    base_ = static_cast<uint8_t *>(mem);
+    base_ = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(map_) + align - 1) &
+                                        ~(uintptr_t(align) - 1));
 
     /* bind before the first touch (ibv_reg_mr pins, i.e. faults the pages in) */
     std::string why;
@@ -34,7 +41,7 @@ BufferPool::BufferPool(ibv_pd *pd, size_t count, size_t size,
     mr_ = ibv_reg_mr(pd, base_, length_, IBV_ACCESS_LOCAL_WRITE);
     if (mr_ == nullptr) {
         const int err = errno;
-        munmap(base_, length_);
+        munmap(map_, map_length_);
         throw_errno("ibv_reg_mr for " + name, err);
     }
     free_.reserve(count_);
@@ -46,7 +53,7 @@ BufferPool::BufferPool(ibv_pd *pd, size_t count, size_t size,
 BufferPool::~BufferPool()
 {
     ibv_dereg_mr(mr_);
-    munmap(base_, length_);
+    munmap(map_, map_length_);
 }
 
 } // namespace xqp::iface

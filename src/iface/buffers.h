@@ -18,9 +18,11 @@ namespace xqp::iface {
 
 class BufferPool {
 public:
-    /* count buffers of size bytes (rounded up to 64); throws Error */
+    /* count buffers of size bytes, each starting at a multiple of align (a
+     * power of two; the size is rounded up to a multiple of it and of 64);
+     * throws Error */
     BufferPool(ibv_pd *pd, size_t count, size_t size, const std::vector<unsigned> &numa_nodes,
-               const std::string &name);
+               const std::string &name, size_t align = 64);
     ~BufferPool();
     BufferPool(const BufferPool &) = delete;
     BufferPool &operator=(const BufferPool &) = delete;
@@ -48,6 +50,8 @@ private:
     size_t                count_;
     size_t                size_;
     size_t                length_;
+    size_t                map_length_; /* length_, and the slack to align base_ */
+    void                 *map_  = nullptr;
     uint8_t              *base_ = nullptr;
     ibv_mr               *mr_   = nullptr;
     std::vector<uint8_t *> free_;

@@ -427,6 +427,7 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     atomics_       = (dev_attr.atomic_cap != IBV_ATOMIC_NONE);
     max_send_sge_  = static_cast<uint32_t>(std::min(dev_attr.max_sge, 8));
     rx_headroom_   = (params->field_mask & UCT_IFACE_PARAM_FIELD_RX_HEADROOM) ? params->rx_headroom : 0;
+    rx_layout(params);
 
     comp_channel_.reset(ibv_create_comp_channel(md->context()));
     if (!comp_channel_) {
@@ -477,10 +478,10 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
                                                        md->locality().numa_nodes;
     tx_pool_ = std::make_unique<BufferPool>(md->pd(), config.tx_queue_len * 2, seg_size_, nodes,
                                             "bounce buffers");
-    /* receive buffer: [release descriptor pointer][rx headroom][payload] */
+    /* receive buffer: [pad][release descriptor pointer][rx headroom][payload] */
     rx_pool_ = std::make_unique<BufferPool>(md->pd(), config.rx_queue_len,
-                                            sizeof(void *) + rx_headroom_ + seg_size_, nodes,
-                                            "receive buffers");
+                                            rx_data_offset_ + seg_size_, nodes, "receive buffers",
+                                            rx_align_);
     ucs_debug("xqp: %s buffers: bounce %s, receive %s", resource_name_.c_str(),
               tx_pool_->placement().c_str(), rx_pool_->placement().c_str());
     recv_desc_.super.cb = release_desc;
@@ -740,11 +741,47 @@ int Iface::passive_info(unsigned index, xqp_wireup_info_t *info) const
 
 /* ------------------------------------------------------------------ data path */
 
+void Iface::rx_layout(const uct_iface_params_t *params)
+{
+    /* UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT: received payloads start where
+     * (data + align_offset) is a multiple of the alignment (uct.h); without
+     * it, at a cache line as before */
+    const bool align_set  = params->field_mask & UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT;
+    const bool offset_set = params->field_mask & UCT_IFACE_PARAM_FIELD_AM_ALIGN_OFFSET;
+    size_t align_offset   = 0;
+    if (align_set) {
+        rx_align_ = params->am_alignment;
+        if ((rx_align_ == 0) || !ucs_is_pow2(rx_align_)) {
+            throw Error(UCS_ERR_INVALID_PARAM, "AM alignment " + std::to_string(rx_align_) +
+                                                       " is not a power of two");
+        }
+        if (offset_set) {
+            align_offset = params->am_align_offset % rx_align_;
+        }
+    } else if (offset_set) {
+        throw Error(UCS_ERR_INVALID_PARAM, "AM alignment offset " +
+                                                   std::to_string(params->am_align_offset) +
+                                                   " given without an AM alignment");
+    }
+    /* the smallest offset after descriptor pointer and headroom at which
+     * buffer + offset + align_offset is aligned (buffers start aligned) */
+    const size_t min_offset = sizeof(void *) + rx_headroom_;
+    rx_data_offset_ = ucs_align_up_pow2(min_offset + align_offset, rx_align_) - align_offset;
+}
+
+uint8_t *Iface::rx_data(uint8_t *buf) const
+{
+    return buf + rx_data_offset_;
+}
+
 void Iface::post_rx(uint8_t *buf)
 {
-    *reinterpret_cast<uct_recv_desc_t **>(buf) = &recv_desc_.super;
+    /* uct_iface_release_desc finds the release descriptor just before the
+     * descriptor (payload - headroom) */
+    *reinterpret_cast<uct_recv_desc_t **>(rx_data(buf) - rx_headroom_ - sizeof(void *)) =
+            &recv_desc_.super;
     ibv_sge sge          = {};
-    sge.addr             = reinterpret_cast<uintptr_t>(buf + sizeof(void *) + rx_headroom_);
+    sge.addr             = reinterpret_cast<uintptr_t>(rx_data(buf));
     sge.length           = static_cast<uint32_t>(seg_size_);
     sge.lkey             = rx_pool_->lkey();
     ibv_recv_wr wr       = {};
@@ -761,9 +798,9 @@ void Iface::post_rx(uint8_t *buf)
 
 void Iface::release_desc(uct_recv_desc_t *self, void *desc)
 {
-    /* desc = payload - rx_headroom; the descriptor pointer sits before it */
+    /* desc = payload - rx_headroom */
     auto *iface = reinterpret_cast<RecvDesc *>(self)->iface;
-    iface->post_rx(static_cast<uint8_t *>(desc) - sizeof(void *));
+    iface->post_rx(static_cast<uint8_t *>(desc) + iface->rx_headroom_ - iface->rx_data_offset_);
 }
 
 void Iface::handle_recv_completion(const ibv_wc &wc)
@@ -787,7 +824,7 @@ void Iface::handle_recv_completion(const ibv_wc &wc)
         post_rx(buf);
         return;
     }
-    uint8_t *data             = buf + sizeof(void *) + rx_headroom_;
+    uint8_t *data             = rx_data(buf);
     const ucs_status_t status = uct_iface_invoke_am(&handle_.super, static_cast<uint8_t>(am_id),
                                                     data, wc.byte_len, UCT_CB_PARAM_FLAG_DESC);
     if (status == UCS_OK) {

@@ -199,6 +199,10 @@ private:
     void handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining = nullptr);
     ep::Endpoint *ep_of_qp(uint32_t qp_num) const;
     void handle_recv_completion(const ibv_wc &wc);
+    /* the receive buffers' layout from the AM alignment parameters; throws
+     * Error (UCS_ERR_INVALID_PARAM) on invalid ones */
+    void rx_layout(const uct_iface_params_t *params);
+    uint8_t *rx_data(uint8_t *buf) const;
     void post_rx(uint8_t *buf);
     static void release_desc(uct_recv_desc_t *self, void *desc);
     void probe_qp_caps(const Config &config);
@@ -251,6 +255,10 @@ private:
     /* completions event_arm polled early: (from the receive CQ, wc) */
     std::vector<std::pair<bool, ibv_wc>> stash_;
     size_t              rx_headroom_ = 0;
+    /* where a receive buffer's payload starts: after the alignment pad, the
+     * release descriptor pointer and the headroom (see rx_layout) */
+    size_t              rx_data_offset_ = 0;
+    size_t              rx_align_       = 64;
     struct RecvDesc {
         uct_recv_desc_t super;
         Iface          *iface;

@@ -334,7 +334,9 @@ struct Bed {
         }
     }
 
-    ucs_status_t open_iface(size_t rx_headroom, const char *rx_queue_len, uct_iface_h *iface);
+    /* tweak, when given, changes the parameters before the open */
+    ucs_status_t open_iface(size_t rx_headroom, const char *rx_queue_len, uct_iface_h *iface,
+                            const std::function<void(uct_iface_params_t &)> &tweak = {});
     /* creates an ep (it connects in the background) */
     ucs_status_t create_ep(uct_iface_h from, uct_iface_h to, uct_ep_h *ep);
     ucs_status_t connect(uct_iface_h from, uct_iface_h to, uct_ep_h *ep);
@@ -347,7 +349,8 @@ inline ucs_status_t ep_error_handler(void *arg, uct_ep_h ep, ucs_status_t status
     return UCS_OK;
 }
 
-inline ucs_status_t Bed::open_iface(size_t rx_headroom, const char *rx_queue_len, uct_iface_h *iface)
+inline ucs_status_t Bed::open_iface(size_t rx_headroom, const char *rx_queue_len, uct_iface_h *iface,
+                                    const std::function<void(uct_iface_params_t &)> &tweak)
 {
     uct_iface_config_t *config = nullptr;
     ucs_status_t status = uct_md_iface_config_read(md, "xqp", nullptr, nullptr, &config);
@@ -376,6 +379,9 @@ inline ucs_status_t Bed::open_iface(size_t rx_headroom, const char *rx_queue_len
     params.err_handler            = ep_error_handler;
     params.err_handler_arg        = this;
     params.err_handler_flags      = UCT_CB_FLAG_ASYNC;
+    if (tweak) {
+        tweak(params);
+    }
     status = uct_iface_open(md, worker, &params, config, iface);
     uct_config_release(config);
     if (status == UCS_OK) {

@@ -969,6 +969,98 @@ TEST_F(Datapath, CachedRegistrationsKeepTheirAccessRights)
     errors_at_start_ = b_->ep_errors.size(); /* that error was the point */
 }
 
+/* ------------------------------------------------------------------ AM alignment */
+
+/* UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT / _AM_ALIGN_OFFSET: a receiver opened
+ * with them hands its handlers payloads at data + offset aligned to the
+ * alignment, for every AM kind that lands in a receive buffer (all of
+ * xqp's), and the bytes are intact */
+TEST_F(Datapath, AmAlignmentIsHonoured)
+{
+    struct Case {
+        size_t align;
+        size_t offset;
+        bool   with_offset;
+    };
+    const Case cases[] = {{1, 0, false},  {8, 0, false},    {64, 5, true},
+                          {256, 100, true}, {4096, 0, true}, {4096, 128, true},
+                          {8192, 7, true}};
+    const size_t size = std::min<size_t>(100, attr().cap.am.max_short);
+    Region src(*b_, size);
+    ASSERT_EQ(UCS_OK, src.status());
+    std::vector<uint8_t> msg(size);
+    for (size_t i = 0; i < size; ++i) {
+        msg[i] = static_cast<uint8_t>(i * 13 + 1);
+    }
+    std::memcpy(src.ptr(), msg.data(), size);
+
+    struct Seen {
+        std::vector<std::vector<uint8_t>> msgs;
+        std::vector<uintptr_t>            addrs;
+    } seen;
+    auto handler = [](void *arg, void *data, size_t length, unsigned) -> ucs_status_t {
+        auto *s = static_cast<Seen *>(arg);
+        s->msgs.emplace_back(static_cast<uint8_t *>(data), static_cast<uint8_t *>(data) + length);
+        s->addrs.push_back(reinterpret_cast<uintptr_t>(data));
+        return UCS_OK;
+    };
+    for (const Case &c : cases) {
+        SCOPED_TRACE("alignment " + std::to_string(c.align) + ", offset " +
+                     (c.with_offset ? std::to_string(c.offset) : "none"));
+        uct_iface_h rx = nullptr;
+        ASSERT_EQ(UCS_OK, b_->open_iface(kRxHeadroom, "16", &rx, [&](uct_iface_params_t &p) {
+            p.field_mask |= UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT;
+            p.am_alignment = c.align;
+            if (c.with_offset) {
+                p.field_mask |= UCT_IFACE_PARAM_FIELD_AM_ALIGN_OFFSET;
+                p.am_align_offset = c.offset;
+            }
+        }));
+        ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(rx, kAmId, handler, &seen, 0));
+        uct_ep_h e = nullptr;
+        ASSERT_EQ(UCS_OK, b_->connect(b_->sender, rx, &e));
+        seen = {};
+        PackArg pack{msg.data(), size};
+        uct_iov_t iov = {src.ptr(8), size - 8, src.memh(), 0, 1};
+        ASSERT_EQ(UCS_OK, b_->post([&]() -> ssize_t {
+            return uct_ep_am_short(e, kAmId, load64(msg.data()), msg.data() + 8,
+                                   static_cast<unsigned>(size - 8));
+        }));
+        ASSERT_EQ(static_cast<ssize_t>(size), b_->post([&]() -> ssize_t {
+            return uct_ep_am_bcopy(e, kAmId, pack_cb, &pack, 0);
+        }));
+        const ssize_t z = b_->post([&]() -> ssize_t {
+            return uct_ep_am_zcopy(e, kAmId, msg.data(), 8, &iov, 1, 0, nullptr);
+        });
+        EXPECT_TRUE((z == UCS_OK) || (z == UCS_INPROGRESS)) << z;
+        ASSERT_EQ(UCS_OK, b_->flush(e));
+        ASSERT_TRUE(b_->wait_for([&] { return seen.msgs.size() >= 3; }));
+        for (size_t k = 0; k < seen.msgs.size(); ++k) {
+            EXPECT_EQ(0u, (seen.addrs[k] + c.offset) % c.align) << "message " << k;
+            EXPECT_EQ(msg, seen.msgs[k]) << "message " << k;
+        }
+        uct_ep_destroy(e);
+        uct_iface_close(rx);
+    }
+
+    /* invalid: no power of two, an offset without an alignment */
+    for (const size_t align : {size_t(0), size_t(3), size_t(24)}) {
+        uct_iface_h rx = nullptr;
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  b_->open_iface(kRxHeadroom, "16", &rx, [&](uct_iface_params_t &p) {
+                      p.field_mask |= UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT;
+                      p.am_alignment = align;
+                  }))
+                << "alignment " << align;
+    }
+    uct_iface_h rx = nullptr;
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              b_->open_iface(kRxHeadroom, "16", &rx, [&](uct_iface_params_t &p) {
+                  p.field_mask |= UCT_IFACE_PARAM_FIELD_AM_ALIGN_OFFSET;
+                  p.am_align_offset = 11;
+              }));
+}
+
 /* ------------------------------------------------------------------ pending */
 
 struct PendingOp {
