@@ -372,6 +372,17 @@ static int run_server(int port, unsigned nclients, size_t size)
 
 /* ------------------------------------------------------------------ client */
 
+/* closes the endpoint (forced: the peer may be gone), then worker and context */
+static void close_and_clean_up(ucp_ep_h ep, const char *what)
+{
+    ucp_request_param_t param = {0};
+    param.op_attr_mask        = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags               = UCP_EP_CLOSE_FLAG_FORCE;
+    wait_request(ucp_ep_close_nbx(ep, &param), what);
+    ucp_worker_destroy(g_worker);
+    ucp_cleanup(g_context);
+}
+
 static int run_client(const char *ip, int port, unsigned k, size_t size, double wait_s)
 {
     init_ucp();
@@ -420,12 +431,7 @@ static int run_client(const char *ip, int port, unsigned k, size_t size, double 
     fflush(stdout);
 
     if (wait_s <= 0) {
-        ucp_request_param_t param = {0};
-        param.op_attr_mask        = UCP_OP_ATTR_FIELD_FLAGS;
-        param.flags               = UCP_EP_CLOSE_FLAG_FORCE;
-        wait_request(ucp_ep_close_nbx(ep, &param), "close");
-        ucp_worker_destroy(g_worker);
-        ucp_cleanup(g_context);
+        close_and_clean_up(ep, "close");
         return 0;
     }
     const double deadline = now() + wait_s;
@@ -439,12 +445,7 @@ static int run_client(const char *ip, int port, unsigned k, size_t size, double 
     printf("client %u: error %s\n", k, ucs_status_string(g_ep_error));
     fflush(stdout);
     /* a failed endpoint still closes, and the worker goes away cleanly */
-    ucp_request_param_t param = {0};
-    param.op_attr_mask        = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags               = UCP_EP_CLOSE_FLAG_FORCE;
-    wait_request(ucp_ep_close_nbx(ep, &param), "close of the failed endpoint");
-    ucp_worker_destroy(g_worker);
-    ucp_cleanup(g_context);
+    close_and_clean_up(ep, "close of the failed endpoint");
     return 0;
 }
 
