@@ -745,7 +745,8 @@ void Iface::rx_layout(const uct_iface_params_t *params)
 {
     /* UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT: received payloads start where
      * (data + align_offset) is a multiple of the alignment (uct.h); without
-     * it, at a cache line as before */
+     * it, at a cache line (before the parameters were honoured, payloads
+     * started 8 + headroom bytes after one) */
     const bool align_set  = params->field_mask & UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT;
     const bool offset_set = params->field_mask & UCT_IFACE_PARAM_FIELD_AM_ALIGN_OFFSET;
     size_t align_offset   = 0;
