@@ -264,7 +264,9 @@ for tl in $G_TLS; do
             while IFS= read -r line; do
                 printf '%s\n' "$line" >>"$log"
                 case $line in
-                    "[ RUN      ] "*) running=${line#"[ RUN      ] "} ;;
+                    "[ RUN      ] "*)
+                        # the name without its " <resource>" (not a filter)
+                        running=${line#"[ RUN      ] "}; running=${running%% <*} ;;
                     "[       OK ] "*) t=${line#"[       OK ] "}; printf 'PASS %s\n' "${t%% (*}" >>"$res"; running="" ;;
                     "[  FAILED  ] "*" ms)")
                         t=${line#"[  FAILED  ] "}; t=${t%% (*}; printf 'FAIL %s\n' "${t%%, where*}" >>"$res"; running="" ;;
