@@ -184,6 +184,11 @@ unsigned Endpoint::dispatch()
 
 /* ------------------------------------------------------------------ operations */
 
+/* Each operation starts with UCX's own parameter checks (UCT_CHECK_*: UCX's
+ * status and error line). They check only in UCX builds with
+ * ENABLE_PARAMS_CHECK, so the bounds the buffers and inline sends rely on
+ * are checked again below them. */
+
 ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *comp)
 {
     switch (state()) {
@@ -386,24 +391,30 @@ void Endpoint::on_send_completion(uint64_t sn)
     }
 }
 
-/* scatter/gather entries of an iov of registered memory */
+/* the bytes one iov entry carries */
+static size_t iov_length(const uct_iov_t &iov)
+{
+    return iov.length * std::max<unsigned>(iov.count, 1);
+}
+
 /* what an iov array carries in all */
 static size_t iov_bytes(const uct_iov_t *iov, size_t iovcnt)
 {
     size_t total = 0;
     for (size_t i = 0; i < iovcnt; ++i) {
-        total += iov[i].length * std::max<unsigned>(iov[i].count, 1);
+        total += iov_length(iov[i]);
     }
     return total;
 }
 
+/* scatter/gather entries of an iov of registered memory */
 static ucs_status_t iov_to_sge(const uct_iov_t *iov, size_t iovcnt, ibv_sge *sge,
                                size_t max_sge, int *num_sge, size_t *total)
 {
     *num_sge = 0;
     *total   = 0;
     for (size_t i = 0; i < iovcnt; ++i) {
-        const size_t length = iov[i].length * std::max<unsigned>(iov[i].count, 1);
+        const size_t length = iov_length(iov[i]);
         if (length == 0) {
             continue;
         }
