@@ -619,8 +619,8 @@ void Iface::progress_cm_events()
             const auto *data = static_cast<const uint8_t *>(raw->param.conn.private_data);
             event.private_data.assign(data, data + raw->param.conn.private_data_len);
         }
-        const bool for_listener = (raw->listen_id == listener_.get()) ||
-                                  (raw->id == listener_.get());
+        const bool for_listener = listener_ && ((raw->listen_id == listener_.get()) ||
+                                                (raw->id == listener_.get()));
         rdma_ack_cm_event(raw);
 
         try {
@@ -637,7 +637,7 @@ void Iface::progress_cm_events()
                 ucs_debug("xqp: %s listener: %s", resource_name_.c_str(),
                           rdma_event_str(event.type));
                 if (event.type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
-                    ucs_error("xqp: %s: rdma device removed", resource_name_.c_str());
+                    on_device_removal();
                 }
             } else if (event.id->context != nullptr) {
                 auto *conn = static_cast<wireup::Connection *>(event.id->context);
@@ -670,6 +670,17 @@ void Iface::progress_cm_events()
     if ((errno != EAGAIN) && (errno != EWOULDBLOCK)) {
         ucs_error("xqp: %s: rdma_get_cm_event: %s", resource_name_.c_str(), strerror(errno));
     }
+}
+
+void Iface::on_device_removal()
+{
+    /* rdma_cm(7): every cm_id on the device must go, and everything else
+     * the process holds on it, before the kernel can finish the removal.
+     * The listener goes now (no connection is accepted any more); the
+     * connections fail with their own DEVICE_REMOVAL, and the rest goes
+     * when the application closes the interface and the memory domain. */
+    listener_.reset();
+    ucs_error("xqp: %s: rdma device removed", resource_name_.c_str());
 }
 
 void fill_wireup_info(const wireup::Connection &conn, xqp_wireup_info_t *info)

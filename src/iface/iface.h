@@ -217,6 +217,8 @@ private:
     unsigned progress_stash();
     unsigned progress_ready();
     void record_passive(wireup::Connection &conn);
+    /* RDMA_CM_EVENT_DEVICE_REMOVAL on the listener (wireup lock held) */
+    void on_device_removal();
 
     Handle              handle_;
     md::MemoryDomain   *md_;

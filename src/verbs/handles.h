@@ -28,8 +28,21 @@ struct CmIdDeleter {
     void operator()(rdma_cm_id *id) const noexcept { rdma_destroy_id(id); }
 };
 
+/* librdmacm keeps a context open for every device it has seen, and closes
+ * the context of a removed device only when a later device-list refresh
+ * finds the device gone and nothing on it is left. The kernel's removal of
+ * a device (rdma link delete, a NIC reset) waits until every process has
+ * closed it: so whoever releases a device list refreshes once more, or a
+ * process that outlived the removal would hold the device forever. */
 struct CmDeviceListDeleter {
-    void operator()(ibv_context **list) const noexcept { rdma_free_devices(list); }
+    void operator()(ibv_context **list) const noexcept
+    {
+        rdma_free_devices(list);
+        int num = 0;
+        if (ibv_context **fresh = rdma_get_devices(&num)) {
+            rdma_free_devices(fresh);
+        }
+    }
 };
 struct PdDeleter {
     void operator()(ibv_pd *pd) const noexcept { ibv_dealloc_pd(pd); }

@@ -596,6 +596,114 @@ test_device_removal_while_connected() (
         grep -q 'peer failure detected' "$d.client"
 )
 
+# wait_until SECONDS CMD...: until CMD succeeds (polled every 0.1 s)
+wait_until() {
+    local n=$(($1 * 10))
+    shift
+    for _ in $(seq "$n"); do
+        "$@" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# stop_perftest PID LOG: a ucx_perftest process ends by itself (status 0)
+# or is still running and stops on SIGTERM (143); anything else, e.g. a
+# process that died of SIGSEGV or SIGABRT, is reported
+stop_perftest() {
+    local pid=$1 log=$2 rc=0
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null
+        wait "$pid" || rc=$?
+        [ "$rc" = 143 ] && rc=0
+    else
+        wait "$pid" || rc=$?
+    fi
+    if [ "$rc" != 0 ]; then
+        echo "ucx_perftest ended with status $rc:"
+        tail -n 20 "$log"
+    fi
+    return "$rc"
+}
+
+# The device is removed under load, XQP_REMOVAL_ROUNDS times (default 20),
+# and added back. Each round a ucx_perftest pair streams over xqp (UCT
+# am_bw 8 B short and put_bw 64 KiB zcopy, in turn); a survivor process
+# (xqp_removal_survivor, with an error handler) streams to itself through
+# all rounds. Nothing may die of a signal, the removal must finish, the
+# xqp processes must report it, and the survivor must carry data on the
+# re-added device every time.
+test_device_removal_loop() (
+    need_device
+    if [ -z "${XQP_VM:-}" ]; then
+        echo "needs the testbed (removes and re-adds the Soft-RoCE device)"
+        exit 77
+    fi
+    d=$WORK/removal-loop
+    rm -rf "$d"
+    mkdir -p "$d"
+    rounds=${XQP_REMOVAL_ROUNDS:-20}
+    # librdmacm closes a removed device's context only when a refreshed
+    # device list is not empty (sync_devices_list gives up on an empty
+    # one): a second device keeps the list non-empty, as on a host with
+    # more than one NIC. On a host whose only device goes, the survivor
+    # keeps it open until it exits (doc/faults.md).
+    ip link add xqpspare type dummy && ip link set xqpspare up &&
+        rdma link add rxespare type rxe netdev xqpspare || exit 1
+    trap 'rdma link delete rxespare; ip link delete xqpspare' EXIT
+    "$RUN" "$TESTS/xqp_removal_survivor" --dev "$DEV:1" --dir "$d" --rounds "$rounds" \
+        --timeout 90 > "$d/survivor" 2>&1 &
+    survivor=$!
+    bad=0
+    for r in $(seq "$rounds"); do
+        if [ $((r % 2)) = 1 ]; then
+            t="-t am_bw -s 8 -D short -n 150000"
+        else
+            t="-t put_bw -s 65536 -D zcopy -n 3000"
+        fi
+        port=$((20000 + RANDOM % 10000))
+        "$RUN" ucx_perftest -p "$port" -x xqp -d "$DEV:1" > "$d/server.$r" 2>&1 &
+        server=$!
+        wait_listen "$port"
+        # shellcheck disable=SC2086
+        "$RUN" ucx_perftest "$OOB_HOST" -p "$port" -x xqp -d "$DEV:1" $t > "$d/client.$r" 2>&1 &
+        client=$!
+        streaming=yes
+        wait_until 60 grep -q '^\[thread 0\]' "$d/client.$r" || streaming=no
+        wait_until 60 test -e "$d/ready.$r" || streaming=no
+        timeout 60 rdma link delete "$DEV" &
+        remover=$!
+        # both kinds of process hear of it: the survivor releases the device,
+        # ucx_perftest reports the failed sends or its own removal event
+        seen=yes
+        wait_until 30 test -e "$d/released.$r" || seen=no
+        wait_until 30 grep -q 'rdma device removed\|Endpoint timeout' "$d/client.$r" || seen=no
+        wait_until 30 grep -q 'rdma device removed' "$d/server.$r" || seen=no
+        # ucx_perftest's UCT tests do not stop on errors (they wait for the
+        # peer's last message): stop them
+        ended=yes
+        stop_perftest "$client" "$d/client.$r" || ended=no
+        stop_perftest "$server" "$d/server.$r" || ended=no
+        removed=yes
+        wait "$remover" || removed=no
+        rdma link add "$DEV" type rxe netdev "${XQP_VM_NETDEV:?}" || removed=no
+        touch "$d/readded.$r"
+        echo "round $r ($t): streaming $streaming, failure seen $seen, processes ended $ended," \
+             "device removed and re-added $removed"
+        if [ "$streaming$seen$ended$removed" != yesyesyesyes ]; then
+            bad=$((bad + 1))
+            tail -n 5 "$d/client.$r" "$d/server.$r" "$d/survivor"
+        fi
+        kill -0 "$survivor" 2>/dev/null || break
+    done
+    src=0
+    wait "$survivor" || src=$?
+    cat "$d/survivor"
+    echo "$bad bad rounds of $rounds, survivor status $src"
+    [ "$bad" = 0 ] && [ "$src" = 0 ] && grep -q '^survivor ok' "$d/survivor" &&
+        [ "$(grep -c 'error handler calls 1 status' "$d/survivor")" = "$rounds" ]
+)
+
 bench_wireup_vs_cmtime() (
     need_device
     # a smoke test of the benchmark here: fewer rounds than `make bench`
@@ -639,6 +747,7 @@ run_test "Open MPI (pml ucx) 2 ranks over xqp: ping-pong to 4 MiB + allreduce" t
 run_test "bench: 256 connections, xqp vs rdma-core cmtime" bench_wireup_vs_cmtime
 # last: it removes the device (and adds it back)
 run_test "device removed while connected (rdma link delete): clean failure, no crash" test_device_removal_while_connected
+run_test "device removal loop: ${XQP_REMOVAL_ROUNDS:-20} rounds of rdma link delete under ucx_perftest load, a survivor reconnects each time" test_device_removal_loop
 cat "$WORK/bench.txt" 2>/dev/null
 
 echo "integration: $passed passed, $failed failed, $skipped skipped"
