@@ -15,9 +15,12 @@
  */
 #include "bed.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <deque>
 #include <random>
 
@@ -196,6 +199,151 @@ TEST_F(Threads, FailureFromAnotherThreadWhilePosting)
     std::printf("%d rounds x %d endpoints: %zu requests posted, %zu refused with the injected "
                 "status (%zu before the first post)\n",
                 rounds, kEps, posted, refused, injected_before_first_post);
+}
+
+} // namespace
+
+/* ------------------------------------------------------------------ destroy vs connect */
+
+namespace {
+
+/* this process' lines in `rdma resource show KIND` (QPs and cm_ids carry
+ * the id of the thread that created them: UCX's async thread for some) */
+int own_rdma_resources(const char *kind)
+{
+    std::vector<std::string> tags;
+    if (DIR *dir = opendir("/proc/self/task")) {
+        while (dirent *e = readdir(dir)) {
+            if (e->d_name[0] != '.') {
+                tags.push_back(std::string(" pid ") + e->d_name + " ");
+            }
+        }
+        closedir(dir);
+    }
+    FILE *p = popen((std::string("rdma resource show ") + kind + " 2>/dev/null").c_str(), "r");
+    if (p == nullptr) {
+        return -1;
+    }
+    char line[1024];
+    int n = 0;
+    while (std::fgets(line, sizeof(line), p) != nullptr) {
+        n += std::any_of(tags.begin(), tags.end(), [&](const std::string &t) {
+            return std::strstr(line, t.c_str()) != nullptr;
+        });
+    }
+    pclose(p);
+    return n;
+}
+
+int own_fds()
+{
+    int n = 0;
+    if (DIR *dir = opendir("/proc/self/fd")) {
+        while (readdir(dir) != nullptr) {
+            ++n;
+        }
+        closedir(dir);
+    }
+    return n;
+}
+
+struct Counts {
+    int qps, cm_ids, mrs, fds;
+    bool operator==(const Counts &o) const
+    {
+        return (qps == o.qps) && (cm_ids == o.cm_ids) && (mrs == o.mrs) && (fds == o.fds);
+    }
+};
+
+Counts own_counts()
+{
+    return {own_rdma_resources("qp"), own_rdma_resources("cm_id"), own_rdma_resources("mr"),
+            own_fds()};
+}
+
+/*
+ * Endpoints and interfaces destroyed while their connections are in
+ * flight on the async thread: each round opens a client and a server
+ * interface and connects endpoints, then tears one side down at a random
+ * moment of the handshake. The four kinds of round, in turn:
+ *   0  the client's endpoints and interface go (connecting, just connected)
+ *   1  the server's interface goes while it accepts (the client's
+ *      endpoints see a reject or a disconnect), then the client's
+ *   2  the endpoints connect to an interface already closed (rejects and
+ *      retries in flight) and are destroyed
+ *   3  both interfaces go at once
+ * Nothing may crash, hang or reach a destroyed object, and the process'
+ * QP, cm_id, MR and fd counts must be back where they were.
+ * XQP_RACE_ROUNDS sets the number of rounds.
+ */
+TEST_F(Threads, DestroyRacesConnect)
+{
+    const int rounds = env_int("XQP_RACE_ROUNDS", 200);
+    constexpr int kEps = 3;
+    const size_t errors_before = b_->ep_errors.size();
+    std::mt19937 rng(12345);
+    std::uniform_real_distribution<double> delay(0, 0.03);
+    const Counts before = own_counts();
+    ASSERT_GE(before.cm_ids, 2) << "the counts must see the bed's listeners";
+    int connected = 0;
+    for (int r = 0; r < rounds; ++r) {
+        SCOPED_TRACE("round " + std::to_string(r));
+        const int kind = r % 4;
+        uct_iface_h client = nullptr, server = nullptr;
+        ASSERT_EQ(UCS_OK, b_->open_iface(0, "64", &client));
+        ASSERT_EQ(UCS_OK, b_->open_iface(0, "64", &server));
+        /* the address of a closed interface: nobody listens there */
+        uct_iface_attr_t sattr;
+        ASSERT_EQ(UCS_OK, uct_iface_query(server, &sattr));
+        std::vector<uint8_t> dev(sattr.device_addr_len), addr(sattr.iface_addr_len);
+        uct_iface_get_device_address(server, reinterpret_cast<uct_device_addr_t *>(dev.data()));
+        uct_iface_get_address(server, reinterpret_cast<uct_iface_addr_t *>(addr.data()));
+        if (kind == 2) {
+            uct_iface_close(server);
+            server = nullptr;
+        }
+        std::vector<uct_ep_h> eps(kEps, nullptr);
+        for (auto &e : eps) {
+            uct_ep_params_t params = {};
+            params.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
+                                UCT_EP_PARAM_FIELD_IFACE_ADDR;
+            params.iface      = client;
+            params.dev_addr   = reinterpret_cast<const uct_device_addr_t *>(dev.data());
+            params.iface_addr = reinterpret_cast<const uct_iface_addr_t *>(addr.data());
+            ASSERT_EQ(UCS_OK, uct_ep_create(&params, &e));
+        }
+        b_->spin(delay(rng));
+        if (((kind == 1) || (kind == 3)) && (server != nullptr)) {
+            uct_iface_close(server);
+            server = nullptr;
+            if (kind == 1) {
+                b_->spin(delay(rng));
+            }
+        }
+        for (auto e : eps) {
+            connected += (uct_ep_flush(e, 0, nullptr) == UCS_OK);
+            uct_ep_destroy(e);
+        }
+        uct_iface_close(client);
+        if (server != nullptr) {
+            uct_iface_close(server);
+        }
+    }
+    b_->spin(0.2);
+    /* the kernel releases cm_ids and QPs synchronously; fds at once */
+    Counts after = own_counts();
+    for (int i = 0; (i < 50) && !(after == before); ++i) {
+        b_->spin(0.1);
+        after = own_counts();
+    }
+    std::printf("%d rounds x %d endpoints (%d connected before their destroy): qps %d -> %d, "
+                "cm_ids %d -> %d, mrs %d -> %d, fds %d -> %d\n", rounds, kEps, connected,
+                before.qps, after.qps, before.cm_ids, after.cm_ids, before.mrs, after.mrs,
+                before.fds, after.fds);
+    EXPECT_EQ(before, after) << "resources leaked";
+    /* errors of the endpoints destroyed here are not the fixture's */
+    b_->ep_errors.resize(errors_before);
+    EXPECT_GT(connected, 0) << "no round let a connection finish: the delays prove nothing";
 }
 
 } // namespace
