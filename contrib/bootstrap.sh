@@ -169,6 +169,15 @@ case "$ACTION" in
                  > configure.out) || die "configure --enable-sanitizers failed"
         fi
         make -C "$BUILD-asan" -j"$JOBS" check
+        log "unit tests and the data-path gtest under ThreadSanitizer (make check-tsan)"
+        mkdir -p "$BUILD-tsan"
+        if [ ! -f "$BUILD-tsan/Makefile" ]; then
+            (cd "$BUILD-tsan" && "$SRC/configure" --with-ucx-src="$UCX_SRC" \
+                 --enable-sanitizers=thread > configure.out) ||
+                die "configure --enable-sanitizers=thread failed"
+        fi
+        make -C "$BUILD-tsan" -j"$JOBS" check
+        make -C "$BUILD-tsan" check-tsan
         log "fuzzing the private-data decoder (make fuzz, bounded)"
         make -C "$BUILD" fuzz FUZZ_SECONDS="${XQP_FUZZ_SECONDS:-30}"
         log "Debian package, and the integration suite against it"
