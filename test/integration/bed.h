@@ -8,6 +8,8 @@
 #ifndef XQP_TEST_INTEGRATION_BED_H
 #define XQP_TEST_INTEGRATION_BED_H
 
+#include "uct_util.h"
+
 #include <uct/api/uct.h>
 #include <ucs/async/async_fwd.h>
 
@@ -392,25 +394,9 @@ inline ucs_status_t Bed::open_iface(size_t rx_headroom, const char *rx_queue_len
 
 inline ucs_status_t Bed::create_ep(uct_iface_h from, uct_iface_h to, uct_ep_h *ep_p)
 {
-    uct_iface_attr_t attr;
-    ucs_status_t status = uct_iface_query(to, &attr);
-    if (status != UCS_OK) {
-        return status;
-    }
-    std::vector<uint8_t> dev(attr.device_addr_len), addr(attr.iface_addr_len);
-    auto *dev_addr   = reinterpret_cast<uct_device_addr_t *>(dev.data());
-    auto *iface_addr = reinterpret_cast<uct_iface_addr_t *>(addr.data());
-    if (((status = uct_iface_get_device_address(to, dev_addr)) != UCS_OK) ||
-        ((status = uct_iface_get_address(to, iface_addr)) != UCS_OK)) {
-        return status;
-    }
-    uct_ep_params_t params = {};
-    params.field_mask      = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
-                             UCT_EP_PARAM_FIELD_IFACE_ADDR;
-    params.iface           = from;
-    params.dev_addr        = dev_addr;
-    params.iface_addr      = iface_addr;
-    return uct_ep_create(&params, ep_p);
+    IfaceAddress addr;
+    const ucs_status_t status = iface_address(to, &addr);
+    return (status == UCS_OK) ? create_ep_to(from, addr, ep_p) : status;
 }
 
 /* creates an ep and waits until it is connected (flush says UCS_OK) */

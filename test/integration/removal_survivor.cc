@@ -17,6 +17,8 @@
  *
  * Prints one line per round; exit status 0 when every check passed.
  */
+#include "uct_util.h"
+
 #include <uct/api/uct.h>
 #include <ucs/async/async_fwd.h>
 
@@ -125,20 +127,9 @@ public:
     /* an endpoint to this stack's own interface */
     uct_ep_h connect_self()
     {
-        uct_iface_attr_t attr;
-        if (uct_iface_query(iface_, &attr) != UCS_OK) {
-            return nullptr;
-        }
-        std::vector<uint8_t> dev(attr.device_addr_len), addr(attr.iface_addr_len);
-        uct_iface_get_device_address(iface_, reinterpret_cast<uct_device_addr_t *>(dev.data()));
-        uct_iface_get_address(iface_, reinterpret_cast<uct_iface_addr_t *>(addr.data()));
-        uct_ep_params_t params = {};
-        params.field_mask      = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
-                                 UCT_EP_PARAM_FIELD_IFACE_ADDR;
-        params.iface           = iface_;
-        params.dev_addr        = reinterpret_cast<const uct_device_addr_t *>(dev.data());
-        params.iface_addr      = reinterpret_cast<const uct_iface_addr_t *>(addr.data());
-        if (uct_ep_create(&params, &ep_) != UCS_OK) {
+        xqp_test::IfaceAddress self;
+        if ((xqp_test::iface_address(iface_, &self) != UCS_OK) ||
+            (xqp_test::create_ep_to(iface_, self, &ep_) != UCS_OK)) {
             ep_ = nullptr;
         }
         return ep_;

@@ -15,12 +15,10 @@
  */
 #include "bed.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <deque>
 #include <random>
 
@@ -207,46 +205,6 @@ TEST_F(Threads, FailureFromAnotherThreadWhilePosting)
 
 namespace {
 
-/* this process' lines in `rdma resource show KIND` (QPs and cm_ids carry
- * the id of the thread that created them: UCX's async thread for some) */
-int own_rdma_resources(const char *kind)
-{
-    std::vector<std::string> tags;
-    if (DIR *dir = opendir("/proc/self/task")) {
-        while (dirent *e = readdir(dir)) {
-            if (e->d_name[0] != '.') {
-                tags.push_back(std::string(" pid ") + e->d_name + " ");
-            }
-        }
-        closedir(dir);
-    }
-    FILE *p = popen((std::string("rdma resource show ") + kind + " 2>/dev/null").c_str(), "r");
-    if (p == nullptr) {
-        return -1;
-    }
-    char line[1024];
-    int n = 0;
-    while (std::fgets(line, sizeof(line), p) != nullptr) {
-        n += std::any_of(tags.begin(), tags.end(), [&](const std::string &t) {
-            return std::strstr(line, t.c_str()) != nullptr;
-        });
-    }
-    pclose(p);
-    return n;
-}
-
-int own_fds()
-{
-    int n = 0;
-    if (DIR *dir = opendir("/proc/self/fd")) {
-        while (readdir(dir) != nullptr) {
-            ++n;
-        }
-        closedir(dir);
-    }
-    return n;
-}
-
 struct Counts {
     int qps, cm_ids, mrs, fds;
     bool operator==(const Counts &o) const
@@ -257,8 +215,8 @@ struct Counts {
 
 Counts own_counts()
 {
-    return {own_rdma_resources("qp"), own_rdma_resources("cm_id"), own_rdma_resources("mr"),
-            own_fds()};
+    return {count_rdma_resources("qp"), count_rdma_resources("cm_id"),
+            count_rdma_resources("mr"), count_fds()};
 }
 
 /*
@@ -296,24 +254,15 @@ TEST_F(Threads, DestroyRacesConnect)
         ASSERT_EQ(UCS_OK, b_->open_iface(0, "64", &client));
         ASSERT_EQ(UCS_OK, b_->open_iface(0, "64", &server));
         /* the address of a closed interface: nobody listens there */
-        uct_iface_attr_t sattr;
-        ASSERT_EQ(UCS_OK, uct_iface_query(server, &sattr));
-        std::vector<uint8_t> dev(sattr.device_addr_len), addr(sattr.iface_addr_len);
-        uct_iface_get_device_address(server, reinterpret_cast<uct_device_addr_t *>(dev.data()));
-        uct_iface_get_address(server, reinterpret_cast<uct_iface_addr_t *>(addr.data()));
+        IfaceAddress addr;
+        ASSERT_EQ(UCS_OK, iface_address(server, &addr));
         if (kind == 2) {
             uct_iface_close(server);
             server = nullptr;
         }
         std::vector<uct_ep_h> eps(kEps, nullptr);
         for (auto &e : eps) {
-            uct_ep_params_t params = {};
-            params.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
-                                UCT_EP_PARAM_FIELD_IFACE_ADDR;
-            params.iface      = client;
-            params.dev_addr   = reinterpret_cast<const uct_device_addr_t *>(dev.data());
-            params.iface_addr = reinterpret_cast<const uct_iface_addr_t *>(addr.data());
-            ASSERT_EQ(UCS_OK, uct_ep_create(&params, &e));
+            ASSERT_EQ(UCS_OK, create_ep_to(client, addr, &e));
         }
         b_->spin(delay(rng));
         if (((kind == 1) || (kind == 3)) && (server != nullptr)) {

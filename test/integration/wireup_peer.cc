@@ -39,10 +39,11 @@
  */
 #include <xqp/xqp.h>
 
+#include "uct_util.h"
+
 #include <uct/api/uct.h>
 #include <ucs/async/async_fwd.h>
 
-#include <dirent.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -117,59 +118,6 @@ void touch(const std::string &path)
     std::rename((path + ".tmp").c_str(), path.c_str());
 }
 
-int count_fds()
-{
-    int n    = 0;
-    DIR *dir = opendir("/proc/self/fd");
-    while (dir && readdir(dir)) {
-        ++n;
-    }
-    if (dir) {
-        closedir(dir);
-    }
-    return n;
-}
-
-/* " pid N " for every thread of this process: the kernel records the
- * thread that created a resource (QPs come from UCX's async thread) */
-std::vector<std::string> own_pid_tags()
-{
-    std::vector<std::string> tags;
-    DIR *dir = opendir("/proc/self/task");
-    while (dirent *e = dir ? readdir(dir) : nullptr) {
-        if (e->d_name[0] != '.') {
-            tags.push_back(std::string(" pid ") + e->d_name + " ");
-        }
-    }
-    if (dir) {
-        closedir(dir);
-    }
-    return tags;
-}
-
-/* this process' lines in `rdma resource show <what>` */
-int count_rdma_res(const char *what)
-{
-    const auto tags       = own_pid_tags();
-    const std::string cmd = std::string("rdma resource show ") + what + " 2>/dev/null";
-    FILE *p               = popen(cmd.c_str(), "r");
-    if (p == nullptr) {
-        return -1;
-    }
-    char line[1024];
-    int n = 0;
-    while (std::fgets(line, sizeof(line), p) != nullptr) {
-        for (const auto &tag : tags) {
-            if (std::strstr(line, tag.c_str()) != nullptr) {
-                ++n;
-                break;
-            }
-        }
-    }
-    pclose(p);
-    return n;
-}
-
 struct Resources {
     int fds, qps, cm_ids, mrs;
     bool operator==(const Resources &o) const
@@ -180,7 +128,8 @@ struct Resources {
 
 Resources measure()
 {
-    return {count_fds(), count_rdma_res("qp"), count_rdma_res("cm_id"), count_rdma_res("mr")};
+    return {xqp_test::count_fds(), xqp_test::count_rdma_resources("qp"),
+            xqp_test::count_rdma_resources("cm_id"), xqp_test::count_rdma_resources("mr")};
 }
 
 std::string ece(const xqp_ece_t &e)
@@ -205,14 +154,8 @@ std::string describe(const xqp_wireup_info_t &i)
 uct_ep_h create_ep(uct_iface_h iface, const std::vector<uint8_t> &dev,
                    const std::vector<uint8_t> &iface_addr)
 {
-    uct_ep_params_t ep_params = {};
-    ep_params.field_mask      = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
-                                UCT_EP_PARAM_FIELD_IFACE_ADDR;
-    ep_params.iface           = iface;
-    ep_params.dev_addr        = reinterpret_cast<const uct_device_addr_t *>(dev.data());
-    ep_params.iface_addr      = reinterpret_cast<const uct_iface_addr_t *>(iface_addr.data());
     uct_ep_h ep;
-    check(uct_ep_create(&ep_params, &ep), "uct_ep_create");
+    check(xqp_test::create_ep_to(iface, {dev, iface_addr}, &ep), "uct_ep_create");
     return ep;
 }
 
