@@ -38,14 +38,8 @@ esac
 
 [ -x "$SRC/configure" ] || die "run $SRC/autogen.sh first"
 
-ucx_version() {
-    local v out=
-    for v in major minor patch; do
-        out+=$(grep "^define(\[ucx_ver_$v\]" "$1/configure.ac" | head -n 1 |
-                   cut -d, -f2 | cut -d')' -f1 | tr -d ' ').
-    done
-    echo "${out%.}"
-}
+# shellcheck source=contrib/ucx-tree.sh
+. "$SRC/contrib/ucx-tree.sh"
 
 # autoreconf + configure, without UCX's autogen.sh (newer ones update git
 # submodules) and without building UCX
@@ -65,7 +59,7 @@ check_one() {
     [ -f "$ucx/src/uct/base/uct_iface.h" ] && [ -f "$ucx/configure.ac" ] ||
         { log "$ucx is not a UCX source tree"; return 1; }
     ucx=$(cd "$ucx" && pwd)
-    version=$(ucx_version "$ucx")
+    version=$(ucx_tree_version "$ucx")
     prepare_ucx "$ucx" || return 1
     build=$BUILD_ROOT/ucx-$version
     rm -rf "$build"
@@ -95,7 +89,7 @@ passed=()
 failed=()
 for ucx in "$@"; do
     if check_one "$ucx"; then
-        passed+=("$(ucx_version "$ucx")")
+        passed+=("$(ucx_tree_version "$ucx")")
     else
         failed+=("$ucx")
     fi

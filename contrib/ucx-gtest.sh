@@ -70,12 +70,10 @@ PLUGIN=$(readlink -f -- "$PLUGIN")
 # The UCX build (cached)
 # ---------------------------------------------------------------------------
 
+# shellcheck source=contrib/ucx-tree.sh
+. "$SRC/contrib/ucx-tree.sh"
 # Identity of the UCX tree: every file's path, size and mtime, plus the recipe.
-tree_key() {
-    { printf 'recipe %s\n' "$RECIPE"
-      (cd "$UCX_SRC" && find . -path ./.git -prune -o -type f -printf '%P %s %T@\n' | LC_ALL=C sort)
-    } | cksum | cut -d' ' -f1
-}
+tree_key() { ucx_tree_key "$UCX_SRC" "recipe $RECIPE"; }
 
 # Add xqp wherever rc_verbs is instantiated for all transports.
 #  UCT: UCT_TEST_IB_TLS (part of every "all transports" list); not the RC-only

@@ -89,7 +89,8 @@ AC_DEFUN([XQP_CHECK_UCX], [
                [AC_MSG_ERROR([--with-ucx=$with_ucx: no such directory])])
          UCX_LIBDIR=$with_ucx/lib
          AS_IF([test -e "$with_ucx/lib64/libuct.so"], [UCX_LIBDIR=$with_ucx/lib64])
-         UCX_CFLAGS="-I$with_ucx/include"
+         dnl -isystem: warnings in UCX's own headers are not ours
+         UCX_CFLAGS="-isystem $with_ucx/include"
          UCX_LIBS="-L$UCX_LIBDIR -Wl,-rpath,$UCX_LIBDIR -luct -lucs"
          XQP_UCX_PREFIX_SUMMARY=$with_ucx
          xqp_ucx_path=$with_ucx/bin])
@@ -124,7 +125,7 @@ AC_DEFUN([XQP_CHECK_UCX], [
         AS_IF([test -z "$UCX_INFO"],
               [AC_MSG_ERROR([ucx_info not found (Debian: ucx-utils): it is needed to regenerate UCX's build configuration])])
         AC_MSG_CHECKING([the version ucx_info reports])
-        xqp_info_version=`LD_LIBRARY_PATH=$UCX_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $UCX_INFO -v 2>/dev/null | $SED -n 's/^# *Version *//p' | cut -d' ' -f1`
+        xqp_info_version=`LD_LIBRARY_PATH=$UCX_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $UCX_INFO -v 2>/dev/null | $SED -n -e 's/^# *Version \(@<:@0-9.@:>@*\).*/\1/p' -e 's/^# *Library version: *\(@<:@0-9.@:>@*\).*/\1/p'`
         AC_MSG_RESULT([$xqp_info_version])
         AS_IF([test "$xqp_info_version" != "$XQP_UCX_VERSION"],
               [AC_MSG_ERROR([ucx_info ($UCX_INFO) reports UCX '$xqp_info_version' but the headers are UCX $XQP_UCX_VERSION: point --with-ucx at one installation])])

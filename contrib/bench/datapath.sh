@@ -66,7 +66,8 @@ uct_perf() {
     local tl=$1 test=$2 size=$3 mode=$4 port=$((20000 + RANDOM % 10000))
     local iters=$n
     case $test in *_lat) iters=$n_lat ;; esac
-    UCX_WARN_UNUSED_ENV_VARS=n "${pin_s[@]}" "$run" ucx_perftest -p "$port" > "$tmp/s" 2>&1 &
+    # the server names the transport too (UCX >= 1.22 requires it)
+    UCX_WARN_UNUSED_ENV_VARS=n "${pin_s[@]}" "$run" ucx_perftest -p "$port" -x "$tl" -d "$dev:1" > "$tmp/s" 2>&1 &
     local server=$!
     wait_listen "$port"
     UCX_WARN_UNUSED_ENV_VARS=n timeout 300 "${pin_c[@]}" "$run" ucx_perftest "127.0.0.1" -p "$port" -x "$tl" \
@@ -211,7 +212,7 @@ fi
 # instructions per call, inclusive in the transport's put_short / am_short
 instr() {
     local tl=$1 test=$2 func=$3 port=$((20000 + RANDOM % 10000)) iters=200
-    UCX_WARN_UNUSED_ENV_VARS=n "$run" ucx_perftest -p "$port" > "$tmp/s" 2>&1 &
+    UCX_WARN_UNUSED_ENV_VARS=n "$run" ucx_perftest -p "$port" -x "$tl" -d "$dev:1" > "$tmp/s" 2>&1 &
     local server=$!
     wait_listen "$port"
     UCX_WARN_UNUSED_ENV_VARS=n "$run" valgrind --tool=callgrind --callgrind-out-file="$tmp/cg" \

@@ -2,9 +2,13 @@
  * xqp - introspection API of the xqp UCX transport plugin.
  *
  * UCT has no call that reports how a connection was established, so the
- * plugin exports these for tools and tests (look them up with dlsym when
- * the plugin is preloaded or loaded as a UCX module). Every function checks
- * that the handle belongs to xqp.
+ * plugin exports these for tools and tests. Look them up with dlsym: with
+ * RTLD_DEFAULT when the plugin is preloaded (xqp-run before UCX 1.22);
+ * when UCX loaded it as a module (its module directory or UCX_PLUGIN_PATH,
+ * UCX 1.22 and later; RTLD_LOCAL), in the handle that
+ * dlopen("libuct_xqp.so.0", RTLD_LAZY | RTLD_NOLOAD) returns once UCX has
+ * loaded its modules (after uct_query_components or ucp_init). Every
+ * function checks that the handle belongs to xqp.
  */
 #ifndef XQP_XQP_H
 #define XQP_XQP_H

@@ -7,6 +7,9 @@
 
 #include <string>
 
+/* declared in uct_component.h only inside a macro before UCX 1.13 */
+extern "C" ucs_list_link_t uct_components_list;
+
 namespace xqp::compat {
 
 std::optional<Version> running_version()
@@ -34,6 +37,17 @@ std::optional<Version> running_version()
     Version v;
     reinterpret_cast<get_version_t>(sym)(&v.major, &v.minor, &v.patch);
     return v;
+}
+
+const uct_component_t *registered_component(const char *name)
+{
+    uct_component_t *c;
+    ucs_list_for_each(c, &uct_components_list, list) {
+        if (std::strcmp(c->name, name) == 0) {
+            return c;
+        }
+    }
+    return nullptr;
 }
 
 void register_component(uct_component_t *component, uct_tl_t *const *tls, size_t num_tls)

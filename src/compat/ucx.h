@@ -81,6 +81,13 @@ std::optional<Version> running_version();
 void register_component(uct_component_t *component, uct_tl_t *const *tls, size_t num_tls);
 void unregister_component(uct_component_t *component, uct_tl_t *const *tls, size_t num_tls);
 
+/*
+ * The component of that name already in UCX's list, or nullptr. A second
+ * copy of the plugin (preloaded from one file and found in UCX's module
+ * directory as another) must not register the same name twice.
+ */
+const uct_component_t *registered_component(const char *name);
+
 /* Arguments of uct_base_iface_t's constructor that exist only with ENABLE_STATS. */
 #define XQP_UCX_IFACE_STATS_ARGS(_params, _name) \
     UCS_STATS_ARG(((_params)->field_mask & UCT_IFACE_PARAM_FIELD_STATS_ROOT) ? \

@@ -4,6 +4,8 @@
 #include "iface/iface.h"
 #include "md/md.h"
 
+#include <dlfcn.h>
+
 #include <cstdio>
 
 namespace xqp::component {
@@ -57,6 +59,14 @@ bool register_with_ucx() noexcept
         /* UCX's own logger is internal API of a release we were not built
          * for: do not call it */
         std::fprintf(stderr, "%s\n", mismatch.c_str());
+        return false;
+    }
+    if (const uct_component_t *other = compat::registered_component(component.name)) {
+        Dl_info self = {}, first = {};
+        dladdr(reinterpret_cast<const void *>(&component), &self);
+        dladdr(reinterpret_cast<const void *>(other), &first);
+        ucs_debug("xqp: component already registered by %s; this copy (%s) stays unused",
+                  first.dli_fname ? first.dli_fname : "?", self.dli_fname ? self.dli_fname : "?");
         return false;
     }
     ucs_list_head_init(&component.tl_list);

@@ -778,7 +778,9 @@ void Iface::rx_layout(const uct_iface_params_t *params)
     /* the smallest offset after descriptor pointer and headroom at which
      * buffer + offset + align_offset is aligned (buffers start aligned) */
     const size_t min_offset = sizeof(void *) + rx_headroom_;
-    rx_data_offset_ = ucs_align_up_pow2(min_offset + align_offset, rx_align_) - align_offset;
+    /* rx_align_ is a power of two (checked above); plain arithmetic, as
+     * UCX's ucs_align_up_pow2 moved between headers (ptr_arith.h, 1.14) */
+    rx_data_offset_ = ((min_offset + align_offset + rx_align_ - 1) & ~(rx_align_ - 1)) - align_offset;
 }
 
 uint8_t *Iface::rx_data(uint8_t *buf) const

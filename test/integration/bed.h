@@ -360,7 +360,12 @@ inline ucs_status_t Bed::open_iface(size_t rx_headroom, const char *rx_queue_len
         return status;
     }
     if (rx_queue_len != nullptr) {
-        status = uct_config_modify(config, "RX_QUEUE_LEN", rx_queue_len);
+        /* the name with the transport's prefix (UCX >= 1.22 matches only
+         * that), else without it (UCX before 1.22 matches only that) */
+        status = uct_config_modify(config, "XQP_RX_QUEUE_LEN", rx_queue_len);
+        if (status == UCS_ERR_NO_ELEM) {
+            status = uct_config_modify(config, "RX_QUEUE_LEN", rx_queue_len);
+        }
         if (status != UCS_OK) {
             uct_config_release(config);
             return status;

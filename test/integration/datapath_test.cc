@@ -1276,7 +1276,7 @@ TEST_F(Pending, EventFdWakesTheSleeperWhenTheConnectionIsUp)
 TEST_F(Pending, QueuedRequestsStayFirstOnceConnected)
 {
     using InfoFn = int (*)(uct_ep_h, xqp_wireup_info_t *);
-    auto info_fn = reinterpret_cast<InfoFn>(dlsym(RTLD_DEFAULT, "xqp_ep_wireup_info"));
+    auto info_fn = xqp_test::xqp_api<InfoFn>("xqp_ep_wireup_info");
     ASSERT_NE(nullptr, info_fn) << "xqp_ep_wireup_info is not exported";
     Region remote(*b_, kSlot);
     ASSERT_EQ(UCS_OK, remote.status());

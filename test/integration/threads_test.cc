@@ -44,7 +44,7 @@ protected:
         if (IsSkipped() || HasFatalFailure()) {
             return;
         }
-        inject_ = reinterpret_cast<InjectFn>(dlsym(RTLD_DEFAULT, "xqp_ep_inject_failure"));
+        inject_ = xqp_test::xqp_api<InjectFn>("xqp_ep_inject_failure");
         ASSERT_NE(nullptr, inject_) << "xqp_ep_inject_failure is not exported";
     }
 

@@ -8,6 +8,7 @@
 #include <uct/api/uct.h>
 
 #include <dirent.h>
+#include <dlfcn.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +17,28 @@
 #include <vector>
 
 namespace xqp_test {
+
+/* A function of the plugin's introspection API (include/xqp/xqp.h), or
+ * nullptr: in the global scope when the plugin is preloaded (xqp-run before
+ * UCX 1.22); otherwise in the plugin that UCX loaded from its module
+ * directory or UCX_PLUGIN_PATH (RTLD_LOCAL), found by its soname once UCX
+ * has loaded its modules. */
+template <class Fn> Fn xqp_api(const char *name)
+{
+    void *sym = dlsym(RTLD_DEFAULT, name);
+    if (sym == nullptr) {
+        uct_component_h *components;
+        unsigned num;
+        if (uct_query_components(&components, &num) == UCS_OK) { /* loads UCX's modules */
+            uct_release_component_list(components);
+        }
+        if (void *plugin = dlopen("libuct_xqp.so.0", RTLD_LAZY | RTLD_NOLOAD)) {
+            sym = dlsym(plugin, name);
+            dlclose(plugin);
+        }
+    }
+    return reinterpret_cast<Fn>(sym);
+}
 
 /* what an endpoint needs to reach an interface (CONNECT_TO_IFACE) */
 struct IfaceAddress {

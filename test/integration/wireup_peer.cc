@@ -225,9 +225,9 @@ int main(int argc, char **argv)
     using info_fn    = int (*)(uct_ep_h, xqp_wireup_info_t *);
     using pinfo_fn   = int (*)(uct_iface_h, unsigned, xqp_wireup_info_t *);
     using pcount_fn  = int (*)(uct_iface_h);
-    auto ep_info     = reinterpret_cast<info_fn>(dlsym(RTLD_DEFAULT, "xqp_ep_wireup_info"));
-    auto pass_info   = reinterpret_cast<pinfo_fn>(dlsym(RTLD_DEFAULT, "xqp_iface_passive_info"));
-    auto pass_count  = reinterpret_cast<pcount_fn>(dlsym(RTLD_DEFAULT, "xqp_iface_passive_count"));
+    auto ep_info     = xqp_test::xqp_api<info_fn>("xqp_ep_wireup_info");
+    auto pass_info   = xqp_test::xqp_api<pinfo_fn>("xqp_iface_passive_info");
+    auto pass_count  = xqp_test::xqp_api<pcount_fn>("xqp_iface_passive_count");
     if (!ep_info || !pass_info || !pass_count) {
         die("the xqp introspection API is not loaded (run under xqp-run)");
     }
