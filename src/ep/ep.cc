@@ -47,6 +47,9 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
 
 Endpoint::~Endpoint()
 {
+    if (deferring_) {
+        fail_deferred(UCS_ERR_CANCELED); /* never on the wire */
+    }
     {
         iface::WireupGuard guard(*iface_);
         destroying_ = true;
@@ -120,8 +123,11 @@ void Endpoint::on_failed(wireup::Connection &conn)
 void Endpoint::on_closed(wireup::Connection &)
 {
     /* the peer disconnected (or died: the kernel disconnects for it); the
-     * connection retired the QP, so requests in flight end now */
-    fail_status_ = UCS_ERR_CONNECTION_RESET;
+     * connection retired the QP, so requests in flight end now. A peer
+     * that is gone is UCS_ERR_ENDPOINT_TIMEOUT, as uct_tcp and rc_verbs
+     * report it: UCP's failed lanes answer every later request with that
+     * status, and the error handler must have seen the same one. */
+    fail_status_ = UCS_ERR_ENDPOINT_TIMEOUT;
     state_.store(State::Failed, std::memory_order_release);
     schedule_progress();
 }
@@ -154,6 +160,10 @@ unsigned Endpoint::dispatch()
 {
     unsigned count = 0;
     if (state() == State::Connected) {
+        /* requests made while connecting are older than any pending one */
+        if (ucs_unlikely(deferring_)) {
+            count += post_deferred();
+        }
         /* the requests run here may post, flush or queue again on this
          * endpoint: they are the oldest, nothing overtakes them */
         dispatching_ = true;
@@ -175,6 +185,9 @@ unsigned Endpoint::dispatch()
             iface_->wait_for_resources(this);
         }
     } else if ((state() == State::Failed) && !error_reported_) {
+        if (deferring_) {
+            fail_deferred(fail_status_); /* before the handler, which may destroy us */
+        }
         error_reported_ = true;
         uct_iface_handle_ep_err(iface_->handle(), handle(), fail_status_);
         ++count;
@@ -191,6 +204,9 @@ unsigned Endpoint::dispatch()
 
 ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *comp)
 {
+    if (ucs_unlikely(deferring_) && (state() == State::Connected)) {
+        post_deferred(); /* the flush covers them: on the wire first */
+    }
     switch (state()) {
     case State::Connected:
         if (ucs_unlikely(!ucs_queue_is_empty(&pending_) && !dispatching_)) {
@@ -275,19 +291,7 @@ void Endpoint::wireup_info(xqp_wireup_info_t *info) const
 
 /* ------------------------------------------------------------------ data path */
 
-ucs_status_t Endpoint::tx_check() const
-{
-    const State st = state();
-    if (ucs_likely(st == State::Connected)) {
-        /* queued requests go first: a new one waits behind them */
-        return (has_tx_resources() && (ucs_queue_is_empty(&pending_) || dispatching_)) ?
-                       UCS_OK :
-                       UCS_ERR_NO_RESOURCE;
-    }
-    return (st == State::Failed) ? fail_status_ : UCS_ERR_NO_RESOURCE;
-}
-
-ucs_status_t Endpoint::tx_check_all() const
+ucs_status_t Endpoint::tx_check_all()
 {
     const ucs_status_t status = tx_check();
     if ((status == UCS_OK) && (iface_->tx_pool().available() == 0)) {
@@ -317,7 +321,7 @@ inline ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
         wr->send_flags |= IBV_SEND_FENCE;
     }
     ibv_send_wr *bad;
-    const int ret = ibv_post_send(qp_, wr, &bad);
+    const int ret = ucs_likely(!deferring_) ? ibv_post_send(qp_, wr, &bad) : defer(*wr);
     if (ucs_unlikely(ret != 0)) {
         return post_failed(ret, op);
     }
@@ -559,7 +563,9 @@ ucs_status_t Endpoint::check(uct_completion_t *comp)
 {
     const State st = state();
     if (st == State::Failed) {
-        return fail_status_; /* known: the error handler has it too */
+        /* known: the error handler reports it (once); the check itself
+         * succeeded, as UCX's transports answer */
+        return UCS_OK;
     }
     if (st != State::Connected) {
         return UCS_ERR_NO_RESOURCE; /* the connect timeout bounds this phase */

@@ -4,9 +4,13 @@
  *
  * uct_ep_create returns at once; the connection proceeds asynchronously
  * (wireup/connection.h, driven by the interface's rdma_cm events). Until it
- * is established, operations return UCS_ERR_NO_RESOURCE and pending
- * requests queue up; they are dispatched from the worker's progress once it
- * is, the way uct_tcp behaves. While requests are queued, nothing overtakes
+ * is established, operations are accepted as they would be on the wire
+ * (same send queue and TxOp limits, UCS_ERR_NO_RESOURCE beyond them) and
+ * kept in order, with copies of their inline data (ep_deferred.cc); they
+ * are posted, before anything newer, as soon as the connection is up, or
+ * end with the endpoint's status when it fails. Pending requests queue up
+ * behind them and are dispatched from the worker's progress once the
+ * connection is up, the way uct_tcp behaves. While requests are queued, nothing overtakes
  * them: new operations return UCS_ERR_NO_RESOURCE, a flush waits for them
  * (UCS_ERR_NO_RESOURCE, then pending_add) and pending_add queues behind
  * them. A connection that fails for good makes every
@@ -21,6 +25,8 @@
 #include "wireup/connection.h"
 
 #include <atomic>
+#include <deque>
+#include <vector>
 
 namespace xqp::ep {
 
@@ -129,10 +135,30 @@ private:
     {
         return (outstanding() < iface_->tx_queue_len()) && iface_->has_free_op();
     }
-    /* UCS_OK when a request can be posted now */
-    ucs_status_t tx_check() const;
+    /* UCS_OK when a request can be posted now (or deferred, while the
+     * connection is being established) */
+    ucs_status_t tx_check()
+    {
+        const State st = state();
+        if (ucs_likely((st == State::Connected) && !deferring_)) {
+            /* queued requests go first: a new one waits behind them */
+            return (has_tx_resources() && (ucs_queue_is_empty(&pending_) || dispatching_)) ?
+                           UCS_OK :
+                           UCS_ERR_NO_RESOURCE;
+        }
+        return tx_check_slow(st);
+    }
+    /* the rare states: connecting, failed, deferred requests to post */
+    ucs_status_t tx_check_slow(State st);
     /* UCS_OK when any request, buffered ones included, can be posted now */
-    ucs_status_t tx_check_all() const;
+    ucs_status_t tx_check_all();
+    /* requests made while connecting (ep_deferred.cc, main thread): keeps a
+     * copy of wr, its scatter/gather list and its inline data; 0 or errno */
+    int defer(const ibv_send_wr &wr);
+    /* the connection is up: posts them in order; returns how many */
+    unsigned post_deferred();
+    /* they will never be posted: each ends with status */
+    void fail_deferred(ucs_status_t status);
     /* posts wr with op as its completion context (signaled); op nullptr:
      * nothing to finish, posted unsignaled unless the moderation asks for a
      * completion now. Inlined into each operation. */
@@ -170,6 +196,16 @@ private:
     ibv_send_wr         put_inl_wr_     = {};
     ibv_sge             am_inl_sge_[2]  = {};
     ibv_send_wr         am_inl_wr_      = {};
+    /* a request made while connecting, kept until the QP can take it */
+    struct Deferred {
+        ibv_send_wr          wr;
+        ibv_sge              sge[8];
+        std::vector<uint8_t> inline_data; /* the bytes of an inline request */
+    };
+    /* requests are deferred (main thread): from the first one made while
+     * connecting until all of them are posted or failed */
+    bool                deferring_ = false;
+    std::deque<Deferred> deferred_;
     bool                destroying_  = false;
     /* dispatch() is running this endpoint's pending requests */
     bool                dispatching_ = false;

@@ -884,6 +884,11 @@ void Iface::handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining)
     if (ucs_unlikely(status != UCS_OK) && (op->ep != nullptr)) {
         status = op->ep->completion_error(status, wc.status);
     }
+    finish_op(op, status);
+}
+
+void Iface::finish_op(TxOp *op, ucs_status_t status)
+{
     if (status == UCS_OK) {
         if (op->kind == TxOp::Kind::GetBcopy) {
             op->unpack(op->unpack_arg, op->buf, op->length);

@@ -170,6 +170,9 @@ public:
     void schedule_dispatch(ep::Endpoint *ep);
     /* an endpoint whose pending requests wait for shared tx resources */
     void wait_for_resources(ep::Endpoint *ep);
+    /* a request ended with status (main thread): its results, completion,
+     * buffer and TxOp, then its endpoint's send queue accounting */
+    void finish_op(TxOp *op, ucs_status_t status);
     /* polls the send CQ until ep has no work request in flight (or timeout) */
     void drain(ep::Endpoint *ep);
     void get_device_address(uint8_t *addr) const;
