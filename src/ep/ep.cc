@@ -209,6 +209,9 @@ ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *comp)
     }
     switch (state()) {
     case State::Connected:
+        if (ucs_unlikely(flags & UCT_FLUSH_FLAG_CANCEL)) {
+            return cancel(comp);
+        }
         if (ucs_unlikely(!ucs_queue_is_empty(&pending_) && !dispatching_)) {
             /* queued requests are not posted yet, and the flush covers
              * them: it waits behind them (pending_add) */
@@ -241,6 +244,44 @@ ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *comp)
     default:
         return UCS_ERR_NO_RESOURCE;
     }
+}
+
+/* uct_ep_flush(UCT_FLUSH_FLAG_CANCEL): the endpoint stops for good, as its
+ * user asked (no error is reported); requests in flight end with
+ * UCS_ERR_CANCELED as the QP in the error state flushes them, and the
+ * flush completes after the last of them. Pending requests stay for the
+ * user to purge. */
+ucs_status_t Endpoint::cancel(uct_completion_t *comp)
+{
+    /* an unsignaled request that completed before the QP stops reports
+     * nothing: a signaled marker after it does, whether it then completes
+     * or is flushed */
+    if (unsignaled_ > 0) {
+        if (!has_tx_resources()) {
+            return UCS_ERR_NO_RESOURCE;
+        }
+        const ucs_status_t status = post_marker(nullptr);
+        if (status != UCS_OK) {
+            return status;
+        }
+    }
+    {
+        iface::WireupGuard guard(*iface_);
+        if (state() == State::Connected) {
+            fail_status_    = UCS_ERR_CANCELED;
+            error_reported_ = true;
+            state_.store(State::Failed, std::memory_order_release);
+            conn_.retire_qp();
+        }
+    }
+    if ((outstanding() == 0) || !qp_completes()) {
+        return UCS_OK;
+    }
+    /* the QP in the error state flushes whatever it has not completed */
+    if (comp != nullptr) {
+        flushes_.emplace_back(posted_sn_, comp);
+    }
+    return UCS_INPROGRESS;
 }
 
 ucs_status_t Endpoint::pending_add(uct_pending_req_t *req, unsigned)

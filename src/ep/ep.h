@@ -55,6 +55,8 @@ public:
     State state() const { return state_.load(std::memory_order_acquire); }
 
     ucs_status_t flush(unsigned flags, uct_completion_t *comp);
+    /* flush with UCT_FLUSH_FLAG_CANCEL on a connected endpoint */
+    ucs_status_t cancel(uct_completion_t *comp);
     void fence() { fence_next_ = true; }
     /* requests posted and not yet known to be complete */
     unsigned outstanding() const { return static_cast<unsigned>(posted_sn_ - completed_sn_); }
