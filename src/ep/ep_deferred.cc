@@ -1,5 +1,6 @@
 /*
- * xqp - requests made while an endpoint connects.
+ * xqp - requests made while an endpoint connects (and the other rare
+ * states of tx_check).
  *
  * uct_ep_create returns before the connection is up, and UCT users (UCX's
  * own tests among them) send right away. Such a request is prepared exactly
@@ -31,6 +32,14 @@ ucs_status_t Endpoint::tx_check_slow(State st)
         post_deferred();
         return tx_check();
     case State::Failed:
+        /* a peer's death is found asynchronously: until the error handler
+         * has run, requests are taken as before (UCX's
+         * test_uct_peer_failure.peer_failure wants UCS_OK right after the
+         * peer went), and the QP, in the error state, ends them with the
+         * endpoint's status; after it, the status at once */
+        if (!error_reported_ && (qp_ != nullptr) && has_tx_resources()) {
+            return UCS_OK;
+        }
         return fail_status_;
     case State::Connecting:
     default:

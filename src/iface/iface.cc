@@ -1008,8 +1008,13 @@ void Iface::schedule_dispatch(ep::Endpoint *ep)
     if (std::find(async_ready_.begin(), async_ready_.end(), ep) == async_ready_.end()) {
         async_ready_.push_back(ep);
     }
-    async_ready_flag_.store(true, std::memory_order_release);
-    /* after the flag: event_arm reads the fd, then the flag */
+    /* the flag, then armed_; event_arm stores armed_, then loads the flag
+     * (both sequentially consistent): either it sees the flag and says
+     * busy, or this sees it armed and wakes it */
+    async_ready_flag_.store(true, std::memory_order_seq_cst);
+    if (!armed_.exchange(false, std::memory_order_seq_cst)) {
+        return;
+    }
     const uint64_t one = 1;
     if ((write(wakeup_fd_.get(), &one, sizeof(one)) < 0) && (errno != EAGAIN)) {
         ucs_warn("xqp: %s: cannot signal the event fd: %s", resource_name_.c_str(),
@@ -1113,8 +1118,11 @@ ucs_status_t Iface::event_arm(unsigned events)
     const ssize_t got = read(wakeup_fd_.get(), &wakeups, sizeof(wakeups));
     (void)got;
     /* endpoints the async thread handed over, or ones whose pending
-     * requests may run: progress has work now */
-    if (!stash_.empty() || async_ready_flag_.load(std::memory_order_acquire) || !ready_.empty()) {
+     * requests may run: progress has work now. Armed first: a hand-over
+     * after the check writes the eventfd (schedule_dispatch). */
+    armed_.store(true, std::memory_order_seq_cst);
+    if (!stash_.empty() || async_ready_flag_.load(std::memory_order_seq_cst) || !ready_.empty()) {
+        armed_.store(false, std::memory_order_relaxed);
         return UCS_ERR_BUSY;
     }
     const bool send = events & UCT_EVENT_SEND_COMP;

@@ -246,8 +246,11 @@ private:
     verbs::CompChannel  comp_channel_;
     /* the async thread writes wakeup_fd_ when it hands endpoints to
      * progress (schedule_dispatch), so that an application asleep on
-     * event_fd() wakes up to dispatch them */
+     * event_fd() wakes up to dispatch them; only once per event_arm, as a
+     * CQ notifies once per ibv_req_notify_cq: before an arm the fd stays
+     * quiet (armed_: set by event_arm, taken by the write) */
     UniqueFd            wakeup_fd_;
+    std::atomic<bool>   armed_{false};
     UniqueFd            event_fd_;
     verbs::Cq           send_cq_;
     verbs::Cq           recv_cq_;

@@ -45,6 +45,15 @@ public:
 [[maybe_unused]] ::testing::Environment *const g_environment =
         ::testing::AddGlobalTestEnvironment(new BedEnvironment);
 
+/* the state of e's connection (xqp_ep_wireup_info) */
+int wireup_state(uct_ep_h e)
+{
+    using InfoFn = int (*)(uct_ep_h, xqp_wireup_info_t *);
+    static auto info_fn = xqp_test::xqp_api<InfoFn>("xqp_ep_wireup_info");
+    xqp_wireup_info_t info = {};
+    return ((info_fn != nullptr) && (info_fn(e, &info) == 0)) ? info.state : -1;
+}
+
 /* ------------------------------------------------------------------ RMA */
 
 enum class Rma { PutShort, PutBcopy, PutZcopy, PutZcopyIov, GetBcopy, GetZcopy, GetZcopyIov };
@@ -927,6 +936,38 @@ TEST_F(Datapath, EpCheckProbesTheConnection)
     errors_at_start_ = b_->ep_errors.size(); /* that error was the point */
 }
 
+/* A peer's death reaches the application through the error handler, from
+ * progress. Until that has run, requests on the endpoint are taken as
+ * before (UCX's test_uct_peer_failure.peer_failure puts right after its
+ * peer went and wants UCS_OK) and end with the endpoint's status; once the
+ * handler has run, every request gets the status at once. */
+TEST_F(Datapath, RequestsAreTakenUntilTheErrorHandlerRuns)
+{
+    uct_iface_h gone = nullptr;
+    ASSERT_EQ(UCS_OK, b_->open_iface(kRxHeadroom, nullptr, &gone));
+    uct_ep_h e = nullptr;
+    ASSERT_EQ(UCS_OK, b_->connect(b_->sender, gone, &e));
+    uct_iface_close(gone); /* disconnects its side */
+    const auto deadline = Clock::now() + std::chrono::duration<double>(kTimeout);
+    while ((wireup_state(e) == XQP_CONN_CONNECTED) && (Clock::now() < deadline)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1)); /* no progress */
+    }
+    ASSERT_NE(XQP_CONN_CONNECTED, wireup_state(e)) << "the disconnect never arrived";
+    EXPECT_EQ(errors_at_start_, b_->ep_errors.size()) << "the handler runs from progress";
+    const uint64_t word = 42;
+    EXPECT_EQ(UCS_OK, uct_ep_put_short(e, &word, sizeof(word), 0x1000, 0))
+            << "a request before the error handler ran";
+    ASSERT_TRUE(b_->wait_for([&] { return b_->ep_errors.size() > errors_at_start_; }));
+    EXPECT_EQ(e, b_->ep_errors.back().first);
+    EXPECT_EQ(UCS_ERR_ENDPOINT_TIMEOUT, b_->ep_errors.back().second);
+    EXPECT_EQ(UCS_ERR_ENDPOINT_TIMEOUT, uct_ep_put_short(e, &word, sizeof(word), 0x1000, 0))
+            << "a request after it";
+    b_->spin(0.05);
+    EXPECT_EQ(errors_at_start_ + 1, b_->ep_errors.size()) << "one error per endpoint";
+    uct_ep_destroy(e);
+    errors_at_start_ = b_->ep_errors.size(); /* that error was the point */
+}
+
 TEST_F(Datapath, CachedRegistrationsKeepTheirAccessRights)
 {
     /* the same pages registered for everything and for remote reads only:
@@ -1269,6 +1310,40 @@ TEST_F(Pending, EventFdWakesTheSleeperWhenTheConnectionIsUp)
     EXPECT_EQ(std::vector<std::vector<uint8_t>>{msg}, sink_.msgs);
 }
 
+/* The event fd signals what happens after uct_iface_event_arm, as a CQ
+ * notifies once per ibv_req_notify_cq: a connection that comes up while the
+ * interface is not armed leaves it quiet (UCX's test_uct_event.am_no_fc
+ * found it readable before the first arm), an armed one wakes the sleeper. */
+TEST_F(Pending, EventFdIsQuietUntilArmed)
+{
+    uct_iface_h client = nullptr, server = nullptr;
+    ASSERT_EQ(UCS_OK, b_->open_iface(0, nullptr, &client));
+    ASSERT_EQ(UCS_OK, b_->open_iface(kRxHeadroom, nullptr, &server));
+    int fd = -1;
+    ASSERT_EQ(UCS_OK, uct_iface_event_fd_get(client, &fd));
+    uct_ep_h first = nullptr, second = nullptr;
+    ASSERT_EQ(UCS_OK, b_->connect(client, server, &first));
+    pollfd p = {fd, POLLIN, 0};
+    EXPECT_EQ(0, poll(&p, 1, 0)) << "readable before any arm";
+
+    ucs_status_t armed = UCS_ERR_BUSY;
+    ASSERT_TRUE(b_->wait_for([&] {
+        while (uct_worker_progress(b_->worker) != 0) {
+        }
+        armed = uct_iface_event_arm(client, UCT_EVENT_SEND_COMP | UCT_EVENT_RECV);
+        return armed != UCS_ERR_BUSY;
+    }));
+    ASSERT_EQ(UCS_OK, armed);
+    EXPECT_EQ(0, poll(&p, 1, 0)) << "readable right after the arm";
+    ASSERT_EQ(UCS_OK, b_->create_ep(client, server, &second));
+    EXPECT_EQ(1, poll(&p, 1, static_cast<int>(kTimeout * 1000))) << "the armed fd never woke";
+    EXPECT_EQ(UCS_OK, b_->flush(second));
+    uct_ep_destroy(second);
+    uct_ep_destroy(first);
+    uct_iface_close(client);
+    uct_iface_close(server);
+}
+
 /* The connection comes up on the async thread; the requests queued while it
  * connected run in the next progress. In between, the endpoint must not look
  * idle: UCP's worker flush asks uct_iface_flush, and a flush that said
@@ -1432,15 +1507,6 @@ TEST_F(Datapath, EndpointDestroyedWhileConnecting)
 }
 
 /* ------------------------------------------------------------------ requests while connecting */
-
-/* the state of e's connection (xqp_ep_wireup_info) */
-int wireup_state(uct_ep_h e)
-{
-    using InfoFn = int (*)(uct_ep_h, xqp_wireup_info_t *);
-    static auto info_fn = xqp_test::xqp_api<InfoFn>("xqp_ep_wireup_info");
-    xqp_wireup_info_t info = {};
-    return ((info_fn != nullptr) && (info_fn(e, &info) == 0)) ? info.state : -1;
-}
 
 /* uct_ep_create returns before the connection is up, and UCT users send at
  * once (UCX's uct_p2p_am_alignment does, and failed on the

@@ -230,6 +230,10 @@ Counts own_counts()
  *   2  the endpoints connect to an interface already closed (rejects and
  *      retries in flight) and are destroyed
  *   3  both interfaces go at once
+ *   4  the endpoints connect to a silent address inside the guest (nobody
+ *      answers the CM request) with a short connect timeout: the timer
+ *      abandons and retries attempts on the async thread while the
+ *      endpoints and the interface are destroyed around that moment
  * Nothing may crash, hang or reach a destroyed object, and the process'
  * QP, cm_id, MR and fd counts must be back where they were.
  * XQP_RACE_ROUNDS sets the number of rounds.
@@ -249,22 +253,34 @@ TEST_F(Threads, DestroyRacesConnect)
     int connected = 0;
     for (int r = 0; r < rounds; ++r) {
         SCOPED_TRACE("round " + std::to_string(r));
-        const int kind = r % 4;
+        const int kind = r % 5;
         uct_iface_h client = nullptr, server = nullptr;
-        ASSERT_EQ(UCS_OK, b_->open_iface(0, "64", &client));
+        /* kind 4: attempts abandoned after 0.1 s, on the 0.25 s timer */
+        ASSERT_EQ(UCS_OK, (kind == 4) ? b_->open_iface_with(0, {{"RX_QUEUE_LEN", "64"},
+                                                               {"CONNECT_TIMEOUT", "0.1s"},
+                                                               {"CONNECT_RETRIES", "1"}},
+                                                            &client) :
+                                        b_->open_iface(0, "64", &client));
         ASSERT_EQ(UCS_OK, b_->open_iface(0, "64", &server));
         /* the address of a closed interface: nobody listens there */
         IfaceAddress addr;
         ASSERT_EQ(UCS_OK, iface_address(server, &addr));
-        if (kind == 2) {
+        if ((kind == 2) || (kind == 4)) {
             uct_iface_close(server);
             server = nullptr;
+        }
+        if (kind == 4) {
+            /* 10.77.0.99 on the guest's dummy network: nothing answers */
+            ASSERT_EQ(4, addr.dev.at(0)) << "an IPv4 device address";
+            const uint8_t silent[4] = {10, 77, 0, 99};
+            std::memcpy(&addr.dev[1], silent, sizeof(silent));
         }
         std::vector<uct_ep_h> eps(kEps, nullptr);
         for (auto &e : eps) {
             ASSERT_EQ(UCS_OK, create_ep_to(client, addr, &e));
         }
-        b_->spin(delay(rng));
+        /* kind 4: around the timer ticks that abandon the first attempts */
+        b_->spin((kind == 4) ? 0.2 + 10 * delay(rng) : delay(rng));
         if (((kind == 1) || (kind == 3)) && (server != nullptr)) {
             uct_iface_close(server);
             server = nullptr;
