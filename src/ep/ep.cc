@@ -68,6 +68,12 @@ Endpoint::~Endpoint()
         }
     }
     iface_->drain(this);
+    if (outstanding() > 0) {
+        /* what never completed (the device is gone, or the drain timed
+         * out) no longer counts against the interface */
+        iface_->tx_completed(outstanding());
+        completed_sn_ = posted_sn_;
+    }
     for (auto &[sn, comp] : flushes_) {
         uct_invoke_completion(comp, UCS_ERR_CANCELED);
     }
@@ -347,7 +353,8 @@ inline ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
     /* selective signaling: a request that needs nothing at completion goes
      * unsignaled, but one in every iface_->tx_moderation() is signaled so
      * that its completion returns the send queue slots of those before it */
-    if ((op == nullptr) && ucs_unlikely(unsignaled_ + 1 >= iface_->tx_moderation())) {
+    if ((op == nullptr) &&
+        ucs_unlikely((unsignaled_ + 1 >= iface_->tx_moderation()) || iface_->tx_credit_low())) {
         op = iface_->get_op(); /* tx_check() made sure there is one */
     }
     if (op != nullptr) {
@@ -369,6 +376,7 @@ inline ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
     fence_next_ = false;
     unsignaled_ = (op != nullptr) ? 0 : (unsignaled_ + 1);
     posted_sn_  = sn;
+    iface_->tx_posted();
     return UCS_OK;
 }
 
@@ -428,6 +436,7 @@ void Endpoint::on_send_completion(uint64_t sn)
     if (sn <= completed_sn_) {
         return; /* retired already by a later completion (cannot happen: in order) */
     }
+    iface_->tx_completed(sn - completed_sn_);
     completed_sn_ = sn; /* returns the send queue slots of those up to sn */
     while (!flushes_.empty() && (flushes_.front().first <= completed_sn_)) {
         uct_completion_t *comp = flushes_.front().second;

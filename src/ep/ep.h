@@ -135,7 +135,8 @@ private:
     /* a send queue slot and a TxOp, whatever the connection's state */
     bool has_tx_resources() const
     {
-        return (outstanding() < iface_->tx_queue_len()) && iface_->has_free_op();
+        return (outstanding() < iface_->tx_queue_len()) && iface_->has_free_op() &&
+               iface_->has_tx_credit();
     }
     /* UCS_OK when a request can be posted now (or deferred, while the
      * connection is being established) */

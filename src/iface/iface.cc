@@ -420,9 +420,11 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
         throw config_error("SEG_SIZE", std::to_string(config.seg_size), "must be 256 bytes..1G");
     }
     tx_queue_len_  = config.tx_queue_len;
-    /* a quarter of the send queue at most, so that slots come back long
-     * before it fills; 64 like UCX's verbs transports */
-    tx_moderation_ = std::max(1u, std::min(64u, config.tx_queue_len / 4));
+    /* a quarter of the send queue (and of the interface's requests in
+     * flight, below) at most, so that slots come back long before they run
+     * out; 64 like UCX's verbs transports */
+    tx_moderation_ = std::max(1u, std::min({64u, config.tx_queue_len / 4,
+                                            config.rx_queue_len / 4}));
     seg_size_      = config.seg_size;
     atomics_       = (dev_attr.atomic_cap != IBV_ATOMIC_NONE);
     max_send_sge_  = static_cast<uint32_t>(std::min(dev_attr.max_sge, 8));
@@ -462,6 +464,12 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
         throw_errno("ibv_create_cq(" + resource_name_ + ")", errno);
     }
     ops_.resize(static_cast<size_t>(send_cq_len));
+    /* requests in flight on all QPs: no more than the send CQ holds, and no
+     * more than a peer like this interface can receive at once (a burst
+     * beyond its shared receive queue makes the HCAs retry on
+     * receiver-not-ready, and rxe retransmits everything after the refused
+     * message) */
+    tx_inflight_max_ = std::min<uint64_t>(send_cq_len, config.rx_queue_len);
     for (auto &op : ops_) {
         put_op(&op);
     }

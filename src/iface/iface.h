@@ -148,6 +148,23 @@ public:
         free_ops_     = op;
     }
     bool has_free_op() const { return free_ops_ != nullptr; }
+    /* Work requests posted on all the interface's QPs and not yet known to
+     * be complete (main thread), at most the send CQ's size: a failure of
+     * every QP at once completes each of them, unsignaled ones too, and
+     * must not overrun the CQ; and the peers' shared receive queues see no
+     * more than that from us at once (receiver-not-ready retries thrashed
+     * with 128 endpoints, UCX's test_uct_pending.pending_fairness). */
+    bool has_tx_credit() const { return tx_inflight_ < tx_inflight_max_; }
+    /* near the bound every request is signaled: the one that takes the
+     * last credit then completes and returns credits, whatever the
+     * unsignaled requests of other endpoints hold */
+    bool tx_credit_low() const { return tx_inflight_ + tx_moderation_ >= tx_inflight_max_; }
+    void tx_posted() { ++tx_inflight_; }
+    void tx_completed(uint64_t count)
+    {
+        tx_inflight_ -= count;
+        tx_returned_  = true;
+    }
     BufferPool &tx_pool() { return *tx_pool_; }
     size_t max_inline() const { return max_inline_; }
     size_t seg_size() const { return seg_size_; }
@@ -281,6 +298,8 @@ private:
     std::vector<ep::Endpoint *> ready_;
     std::vector<ep::Endpoint *> waiting_; /* pending requests, no resources yet */
     bool                tx_returned_ = false; /* shared tx resources came back */
+    uint64_t            tx_inflight_     = 0;
+    uint64_t            tx_inflight_max_ = 0;
     std::unique_ptr<wireup::RdmaCmOps> cm_;
     wireup::VerbsEceProvider ece_provider_;
     bool                async_handler_ = false;
