@@ -43,10 +43,12 @@ check "component, md, iface, config (xqp_uct_tests)" "$WORK/uct.log" "$rc"
 # registrations of pages that are gone (natively glibc's munmap is hooked).
 # The log stays in the build directory (valgrind-datapath.log).
 DP_LOG=$XQP_BUILDDIR/valgrind-datapath.log
+# (not the 64-endpoint flood: a flow test of 19200 messages, minutes under valgrind)
 dp_start=$SECONDS
 rc=0
 LD_PRELOAD=$XQP_PLUGIN "${VG[@]}" "$TESTS/xqp_datapath_tests" \
-    --gtest_filter='*_1B:*_8B:*_1KiB:*_64KiB:Datapath.*:Atomics.*:Pending.*' > "$DP_LOG" 2>&1 || rc=$?
+    --gtest_filter='*_1B:*_8B:*_1KiB:*_64KiB:Datapath.*:Atomics.*:Pending.*-Pending.ManyEndpointsFlooding*' \
+    > "$DP_LOG" 2>&1 || rc=$?
 check "data path: RMA, AM, atomics, flush, pending (xqp_datapath_tests, 1 B..64 KiB)" "$DP_LOG" "$rc"
 echo "valgrind: data path took $((SECONDS - dp_start)) s"
 
