@@ -4,6 +4,8 @@
 #include "topology/membind.h"
 #include "topology/topology.h"
 
+#include <ucs/debug/log_def.h>
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -15,45 +17,66 @@ namespace xqp::iface {
 BufferPool::BufferPool(ibv_pd *pd, size_t count, size_t size,
                        const std::vector<unsigned> &numa_nodes, const std::string &name,
                        size_t align)
-    : count_(count)
+    : pd_(pd), align_(align), numa_nodes_(numa_nodes), name_(name)
 {
     const size_t stride = std::max<size_t>(align, 64);
-    size_             = (size + stride - 1) & ~(stride - 1);
+    size_               = (size + stride - 1) & ~(stride - 1);
+    add_slab(count);
+}
+
+void BufferPool::add_slab(size_t count)
+{
+    Slab s;
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    length_           = ((count_ * size_) + page - 1) / page * page;
+    s.length          = ((count * size_) + page - 1) / page * page;
     /* mmap aligns to a page; a larger alignment takes slack */
-    map_length_ = length_ + ((align > page) ? align : 0);
-    map_ = mmap(nullptr, map_length_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map_ == MAP_FAILED) {
-        throw_errno("mmap(" + std::to_string(map_length_) + ") for " + name, errno);
+    s.map_length = s.length + ((align_ > page) ? align_ : 0);
+    s.map = mmap(nullptr, s.map_length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (s.map == MAP_FAILED) {
+        throw_errno("mmap(" + std::to_string(s.map_length) + ") for " + name_, errno);
     }
-    base_ = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(map_) + align - 1) &
-                                        ~(uintptr_t(align) - 1));
+    s.base = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(s.map) + align_ - 1) &
+                                         ~(uintptr_t(align_) - 1));
 
     /* bind before the first touch (ibv_reg_mr pins, i.e. faults the pages in) */
     std::string why;
-    if (topo::bind_to_numa_nodes(base_, length_, numa_nodes, &why)) {
-        placement_ = "numa " + topo::format_list(numa_nodes);
-    } else {
-        placement_ = "not bound: " + why;
+    const bool bound = topo::bind_to_numa_nodes(s.base, s.length, numa_nodes_, &why);
+    if (slabs_.empty()) {
+        placement_ = bound ? "numa " + topo::format_list(numa_nodes_) : "not bound: " + why;
     }
 
-    mr_ = ibv_reg_mr(pd, base_, length_, IBV_ACCESS_LOCAL_WRITE);
-    if (mr_ == nullptr) {
+    s.mr = ibv_reg_mr(pd_, s.base, s.length, IBV_ACCESS_LOCAL_WRITE);
+    if (s.mr == nullptr) {
         const int err = errno;
-        munmap(map_, map_length_);
-        throw_errno("ibv_reg_mr for " + name, err);
+        munmap(s.map, s.map_length);
+        throw_errno("ibv_reg_mr for " + name_, err);
     }
+    slabs_.push_back(s);
+    count_ += count;
     free_.reserve(count_);
-    for (size_t i = count_; i > 0; --i) {
-        free_.push_back(buffer(i - 1));
+    for (size_t i = count; i > 0; --i) {
+        free_.push_back(s.base + (i - 1) * size_);
+    }
+}
+
+bool BufferPool::grow(size_t count)
+{
+    try {
+        add_slab(count);
+        ucs_debug("xqp: %s: %zu more buffers, %zu in all", name_.c_str(), count, count_);
+        return true;
+    } catch (const std::exception &e) {
+        ucs_warn("xqp: %s: cannot add %zu buffers: %s", name_.c_str(), count, e.what());
+        return false;
     }
 }
 
 BufferPool::~BufferPool()
 {
-    ibv_dereg_mr(mr_);
-    munmap(map_, map_length_);
+    for (auto &s : slabs_) {
+        ibv_dereg_mr(s.mr);
+        munmap(s.map, s.map_length);
+    }
 }
 
 } // namespace xqp::iface

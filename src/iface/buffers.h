@@ -1,8 +1,10 @@
 /*
  * xqp - a pool of equally sized, registered buffers the interface owns
  * (bounce buffers for bcopy and atomics, receive buffers of the shared
- * receive queue). One slab, one memory region, placed on the device's NUMA
- * node(s) when they are known (UCX_XQP_LOCALITY).
+ * receive queue). Slabs of buffers, one memory region each, placed on the
+ * device's NUMA node(s) when they are known (UCX_XQP_LOCALITY). The first
+ * slab is made with the pool; grow() adds one (the receive buffers grow
+ * while the application keeps descriptors).
  */
 #ifndef XQP_IFACE_BUFFERS_H
 #define XQP_IFACE_BUFFERS_H
@@ -37,23 +39,46 @@ public:
         return buf;
     }
     void put(uint8_t *buf) { free_.push_back(buf); }
+    /* another slab of count buffers; false (and a warning) when it cannot
+     * be had */
+    bool grow(size_t count);
 
-    uint32_t lkey() const { return mr_->lkey; }
+    /* the first slab's key (a pool that never grows has only that one) */
+    uint32_t lkey() const { return slabs_.front().mr->lkey; }
+    /* the key of the slab that holds buf */
+    uint32_t lkey(const uint8_t *buf) const
+    {
+        for (const auto &s : slabs_) {
+            if ((buf >= s.base) && (buf < s.base + s.length)) {
+                return s.mr->lkey;
+            }
+        }
+        return 0;
+    }
     size_t buffer_size() const { return size_; }
     size_t count() const { return count_; }
     size_t available() const { return free_.size(); }
-    uint8_t *buffer(size_t index) const { return base_ + index * size_; }
-    /* "numa 1" or "not bound: <reason>" */
+    /* "numa 1" or "not bound: <reason>" (of the first slab) */
     const std::string &placement() const { return placement_; }
 
 private:
-    size_t                count_;
+    struct Slab {
+        void    *map        = nullptr;
+        size_t   map_length = 0; /* length, and the slack to align base */
+        uint8_t *base       = nullptr;
+        size_t   length     = 0;
+        ibv_mr  *mr         = nullptr;
+    };
+    /* maps, binds and registers a slab of count buffers; throws Error */
+    void add_slab(size_t count);
+
+    ibv_pd               *pd_;
+    size_t                count_ = 0;
     size_t                size_;
-    size_t                length_;
-    size_t                map_length_; /* length_, and the slack to align base_ */
-    void                 *map_  = nullptr;
-    uint8_t              *base_ = nullptr;
-    ibv_mr               *mr_   = nullptr;
+    size_t                align_;
+    std::vector<unsigned> numa_nodes_;
+    std::string           name_;
+    std::vector<Slab>     slabs_;
     std::vector<uint8_t *> free_;
     std::string           placement_;
 };

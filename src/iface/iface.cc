@@ -494,7 +494,8 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
               tx_pool_->placement().c_str(), rx_pool_->placement().c_str());
     recv_desc_.super.cb = release_desc;
     recv_desc_.iface    = this;
-    for (size_t i = 0; i < rx_pool_->count(); ++i) {
+    rx_queue_len_       = config.rx_queue_len;
+    for (size_t i = 0; i < rx_queue_len_; ++i) {
         post_rx(rx_pool_->get());
     }
 
@@ -798,6 +799,10 @@ uint8_t *Iface::rx_data(uint8_t *buf) const
 
 void Iface::post_rx(uint8_t *buf)
 {
+    if (rx_posted_ >= rx_queue_len_) {
+        rx_pool_->put(buf); /* the queue is full: a spare for later */
+        return;
+    }
     /* uct_iface_release_desc finds the release descriptor just before the
      * descriptor (payload - headroom) */
     *reinterpret_cast<uct_recv_desc_t **>(rx_data(buf) - rx_headroom_ - sizeof(void *)) =
@@ -805,7 +810,7 @@ void Iface::post_rx(uint8_t *buf)
     ibv_sge sge          = {};
     sge.addr             = reinterpret_cast<uintptr_t>(rx_data(buf));
     sge.length           = static_cast<uint32_t>(seg_size_);
-    sge.lkey             = rx_pool_->lkey();
+    sge.lkey             = rx_pool_->lkey(buf);
     ibv_recv_wr wr       = {};
     wr.wr_id             = reinterpret_cast<uintptr_t>(buf);
     wr.sg_list           = &sge;
@@ -815,6 +820,19 @@ void Iface::post_rx(uint8_t *buf)
     if (ret != 0) {
         ucs_error("xqp: %s: ibv_post_srq_recv: %s", resource_name_.c_str(), strerror(ret));
         rx_pool_->put(buf);
+        return;
+    }
+    ++rx_posted_;
+}
+
+void Iface::replace_kept_rx()
+{
+    uint8_t *buf = rx_pool_->get();
+    if ((buf == nullptr) && rx_pool_->grow(std::max<size_t>(64, rx_queue_len_ / 4))) {
+        buf = rx_pool_->get();
+    }
+    if (buf != nullptr) {
+        post_rx(buf);
     }
 }
 
@@ -828,12 +846,16 @@ void Iface::release_desc(uct_recv_desc_t *self, void *desc)
 void Iface::handle_recv_completion(const ibv_wc &wc)
 {
     auto *buf = reinterpret_cast<uint8_t *>(wc.wr_id);
+    --rx_posted_;
     if (wc.status != IBV_WC_SUCCESS) {
-        if (wc.status != IBV_WC_WR_FLUSH_ERR) {
-            ucs_error("xqp: %s: receive completion error: %s", resource_name_.c_str(),
-                      ibv_wc_status_str(wc.status));
+        if (wc.status == IBV_WC_WR_FLUSH_ERR) {
+            rx_pool_->put(buf);
+            return;
         }
-        rx_pool_->put(buf);
+        /* the message is lost (its sender gets an error), not the buffer */
+        ucs_error("xqp: %s: receive completion error: %s", resource_name_.c_str(),
+                  ibv_wc_status_str(wc.status));
+        post_rx(buf);
         return;
     }
     /* the AM id travels as immediate data, so the payload is all the user's */
@@ -851,9 +873,13 @@ void Iface::handle_recv_completion(const ibv_wc &wc)
                                                     data, wc.byte_len, UCT_CB_PARAM_FLAG_DESC);
     if (status == UCS_OK) {
         post_rx(buf);
+        return;
     }
-    /* UCS_INPROGRESS: the handler kept the descriptor; uct_iface_release_desc
-     * posts it again */
+    /* UCS_INPROGRESS: the handler kept the descriptor (UCP does for every
+     * unexpected message); uct_iface_release_desc gives it back. Another
+     * buffer takes its place now: held descriptors must not empty the
+     * queue, or every sender waits on receiver-not-ready for good. */
+    replace_kept_rx();
 }
 
 ep::Endpoint *Iface::ep_of_qp(uint32_t qp_num) const

@@ -223,7 +223,10 @@ private:
      * Error (UCS_ERR_INVALID_PARAM) on invalid ones */
     void rx_layout(const uct_iface_params_t *params);
     uint8_t *rx_data(uint8_t *buf) const;
+    /* into the shared receive queue, or back to the pool when it is full */
     void post_rx(uint8_t *buf);
+    /* a descriptor was kept: another buffer (the pool grows) takes its place */
+    void replace_kept_rx();
     static void release_desc(uct_recv_desc_t *self, void *desc);
     void probe_qp_caps(const Config &config);
 
@@ -273,6 +276,11 @@ private:
     verbs::Cq           recv_cq_;
     std::unique_ptr<BufferPool> tx_pool_;
     std::unique_ptr<BufferPool> rx_pool_;
+    /* receive buffers in the shared receive queue (main thread): kept at
+     * rx_queue_len_ while the application keeps descriptors, the pool
+     * growing as needed, as UCX's receive pools do */
+    size_t              rx_posted_    = 0;
+    size_t              rx_queue_len_ = 0;
     /* after the pools: destroyed first, with receive buffers still posted */
     verbs::Srq          srq_;
     std::vector<TxOp>   ops_;
