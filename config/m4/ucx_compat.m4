@@ -6,7 +6,8 @@
 # regenerated build configuration first, as src/compat/ucx.h does), never by
 # comparing version numbers. The results land in ucx-private/xqp_ucx_probes.h
 # (written here rather than through AC_DEFINE, which would put them on every
-# compiler command line): only src/compat/ includes it.
+# compiler command line): only src/compat/ includes it (and the tests whose
+# expectations depend on a probe).
 #
 # One macro per difference; XQP_UCX_PROBES runs them all after XQP_CHECK_UCX.
 
@@ -25,10 +26,12 @@ extern "C" {
 }
 ]])
 
-# XQP_UCX_PROBE(NAME, WHAT, BODY): compiles BODY (statements of a function)
-# against UCX; when it compiles, defines XQP_UCX_HAVE_<NAME> in
-# ucx-private/xqp_ucx_probes.h. WHAT is the configure message and the
-# comment of the define. The result is added to the configure summary.
+# XQP_UCX_PROBE(NAME, WHAT, BODY, [HEADER]): compiles BODY (statements of a
+# function) against UCX, after the prologue and, when given, one more UCX
+# internal HEADER (e.g. ucp/core/ucp_mm.h); when it compiles, defines
+# XQP_UCX_HAVE_<NAME> in ucx-private/xqp_ucx_probes.h. WHAT is the configure
+# message and the comment of the define. The result is added to the
+# configure summary.
 AC_DEFUN([XQP_UCX_PROBE], [
     AC_REQUIRE([_XQP_UCX_PROBE_FLAGS])
     AC_CACHE_CHECK([UCX: $2], [xqp_cv_ucx_have_$1], [
@@ -36,7 +39,11 @@ AC_DEFUN([XQP_UCX_PROBE], [
         xqp_save_CXXFLAGS=$CXXFLAGS
         CPPFLAGS="$CPPFLAGS $xqp_ucx_probe_cppflags"
         CXXFLAGS="$CXXFLAGS $XQP_CXXSTD"
-        AC_COMPILE_IFELSE([AC_LANG_PROGRAM(_XQP_UCX_PROBE_PROLOGUE, [$3])],
+        AC_COMPILE_IFELSE([AC_LANG_PROGRAM(_XQP_UCX_PROBE_PROLOGUE[]m4_ifval([$4], [[
+extern "C" {
+@%:@include <$4>
+}
+]]), [$3])],
             [xqp_cv_ucx_have_$1=yes], [xqp_cv_ucx_have_$1=no])
         CPPFLAGS=$xqp_save_CPPFLAGS
         CXXFLAGS=$xqp_save_CXXFLAGS])
@@ -161,6 +168,18 @@ AC_DEFUN([XQP_UCX_CHECK_RCACHE_OPS_MERGE], [
         [[ucs_rcache_ops_t ops = {}; ops.merge = nullptr; (void)ops;]])
 ])
 
+# UCX 1.17: UCP's memory handles record the access rights they were
+# registered with (ucp_mem_t::uct_flags), and UCP registers again when a
+# cached handle lacks the rights an operation needs. Before, UCP handed a
+# cached handle out for any operation (a buffer registered for local access
+# by one protocol, then packed as a remote key by the rendezvous), so xqp
+# must grant every right on every registration there.
+AC_DEFUN([XQP_UCX_CHECK_UCP_MEMH_ACCESS_FLAGS], [
+    XQP_UCX_PROBE([ucp_memh_access_flags], [UCP's cached memory handles record their access rights],
+        [[ucp_mem_t memh = {}; memh.uct_flags = UCT_MD_MEM_ACCESS_ALL; (void)memh;]],
+        [ucp/core/ucp_mm.h])
+])
+
 # ---------------------------------------------------------------- component
 
 # UCX 1.19: uct_component_t::rkey_unpack takes uct_rkey_unpack_params_t.
@@ -235,6 +254,7 @@ AC_DEFUN([XQP_UCX_PROBES], [
     XQP_UCX_CHECK_RCACHE_PARAMS_ALIGNMENT
     XQP_UCX_CHECK_RCACHE_GET_ALIGNMENT
     XQP_UCX_CHECK_RCACHE_OPS_MERGE
+    XQP_UCX_CHECK_UCP_MEMH_ACCESS_FLAGS
     XQP_UCX_CHECK_RKEY_UNPACK_PARAMS
     XQP_UCX_CHECK_COMPONENT_RKEY_COMPARE
     XQP_UCX_CHECK_BASE_IFACE_INTERNAL_OPS

@@ -14,7 +14,8 @@
  * Which release has which internal API is never decided from the version
  * number: configure compiles a probe for every difference against the UCX
  * tree (config/m4/ucx_compat.m4) and records the results as
- * XQP_UCX_HAVE_* in xqp_ucx_probes.h, which only src/compat/ includes.
+ * XQP_UCX_HAVE_* in xqp_ucx_probes.h, which only src/compat/ includes
+ * (and the tests whose expectations depend on a probe).
  */
 #ifndef XQP_COMPAT_UCX_H
 #define XQP_COMPAT_UCX_H
@@ -180,6 +181,32 @@ inline ucs_status_t rcache_get(ucs_rcache_t *rcache, void *address, size_t lengt
 #else
     return ucs_rcache_get(rcache, address, length, prot, arg, region_p);
 #endif
+}
+
+/*
+ * Whether a registration grants exactly the access rights it was asked for.
+ * UCP keeps registrations in its own cache and hands them out again for
+ * later operations on the same buffer. From UCX 1.17 it records the rights
+ * each one was made with and registers again when an operation needs more.
+ * Up to 1.16 it looks only at the memory domains: a buffer registered for
+ * local access by one protocol (received into with a rendezvous get, sent
+ * with eager zero-copy) is later packed as the remote key of a rendezvous
+ * send, and the peer's RDMA read then fails ("remote access error").
+ * There every registration must grant every right, as UCX's own IB memory
+ * domain always does.
+ */
+#ifdef XQP_UCX_HAVE_UCP_MEMH_ACCESS_FLAGS
+inline constexpr bool kExactAccessRights = true;
+#else
+inline constexpr bool kExactAccessRights = false;
+#endif
+
+/* The UCT_MD_MEM_ACCESS_* rights a registration asked for with the mem_reg
+ * flags `flags` must grant (none given: all, as UCT defines). */
+constexpr unsigned registration_access(unsigned flags)
+{
+    const unsigned asked = flags & UCT_MD_MEM_ACCESS_ALL;
+    return (kExactAccessRights && (asked != 0)) ? asked : unsigned(UCT_MD_MEM_ACCESS_ALL);
 }
 
 } // namespace xqp::compat
