@@ -280,7 +280,7 @@ ucs_status_t Endpoint::tx_check() const
     const State st = state();
     if (ucs_likely(st == State::Connected)) {
         /* queued requests go first: a new one waits behind them */
-        return (has_tx_resources() && (ucs_queue_is_empty(&pending_) || dispatching_)) ?
+        return (has_tx_resources() && (compat::queue_is_empty(&pending_) || dispatching_)) ?
                        UCS_OK :
                        UCS_ERR_NO_RESOURCE;
     }

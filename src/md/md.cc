@@ -139,7 +139,7 @@ static ucs_status_t md_mem_dereg(uct_md_h, const uct_md_mem_dereg_params_t *para
     return UCS_OK;
 }
 
-static ucs_status_t md_mkey_pack(uct_md_h, uct_mem_h memh, const uct_md_mkey_pack_params_t *,
+static ucs_status_t md_mkey_pack(uct_md_h, uct_mem_h memh, const compat::MkeyPackParams *,
                                  void *rkey_buffer)
 {
     pack_rkey(static_cast<Memh *>(memh)->mr->rkey, rkey_buffer);
