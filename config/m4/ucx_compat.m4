@@ -6,7 +6,8 @@
 # regenerated build configuration first, as src/compat/ucx.h does), never by
 # comparing version numbers. The results land in ucx-private/xqp_ucx_probes.h
 # (written here rather than through AC_DEFINE, which would put them on every
-# compiler command line): only src/compat/ includes it.
+# compiler command line): only src/compat/ includes it (and the tests whose
+# expectations depend on a probe).
 #
 # One macro per difference; XQP_UCX_PROBES runs them all after XQP_CHECK_UCX.
 
@@ -25,10 +26,12 @@ extern "C" {
 }
 ]])
 
-# XQP_UCX_PROBE(NAME, WHAT, BODY): compiles BODY (statements of a function)
-# against UCX; when it compiles, defines XQP_UCX_HAVE_<NAME> in
-# ucx-private/xqp_ucx_probes.h. WHAT is the configure message and the
-# comment of the define. The result is added to the configure summary.
+# XQP_UCX_PROBE(NAME, WHAT, BODY, [HEADER]): compiles BODY (statements of a
+# function) against UCX, after the prologue and, when given, one more UCX
+# internal HEADER (e.g. ucp/core/ucp_mm.h); when it compiles, defines
+# XQP_UCX_HAVE_<NAME> in ucx-private/xqp_ucx_probes.h. WHAT is the configure
+# message and the comment of the define. The result is added to the
+# configure summary.
 AC_DEFUN([XQP_UCX_PROBE], [
     AC_REQUIRE([_XQP_UCX_PROBE_FLAGS])
     AC_CACHE_CHECK([UCX: $2], [xqp_cv_ucx_have_$1], [
@@ -36,7 +39,11 @@ AC_DEFUN([XQP_UCX_PROBE], [
         xqp_save_CXXFLAGS=$CXXFLAGS
         CPPFLAGS="$CPPFLAGS $xqp_ucx_probe_cppflags"
         CXXFLAGS="$CXXFLAGS $XQP_CXXSTD"
-        AC_COMPILE_IFELSE([AC_LANG_PROGRAM(_XQP_UCX_PROBE_PROLOGUE, [$3])],
+        AC_COMPILE_IFELSE([AC_LANG_PROGRAM(_XQP_UCX_PROBE_PROLOGUE[]m4_ifval([$4], [[
+extern "C" {
+@%:@include <$4>
+}
+]]), [$3])],
             [xqp_cv_ucx_have_$1=yes], [xqp_cv_ucx_have_$1=no])
         CPPFLAGS=$xqp_save_CPPFLAGS
         CXXFLAGS=$xqp_save_CXXFLAGS])
@@ -78,6 +85,14 @@ AC_DEFUN([XQP_UCX_PROBE_SANITY], [
     CXXFLAGS=$xqp_save_CXXFLAGS
 ])
 
+# ---------------------------------------------------------------- version
+
+# UCX 1.13: UCT_VERNO_PATCH (before, only UCT_VERNO_STRING carries the patch).
+AC_DEFUN([XQP_UCX_CHECK_VERNO_PATCH], [
+    XQP_UCX_PROBE([verno_patch], [UCT_VERNO_PATCH is defined],
+        [[unsigned patch = UCT_VERNO_PATCH; (void)patch;]])
+])
+
 # ---------------------------------------------------------------- configuration
 
 # UCX 1.15: ucs_config_global_list_entry_t::flags (UCX's bookkeeping, 0 at first).
@@ -115,6 +130,20 @@ AC_DEFUN([XQP_UCX_CHECK_MEM_REG_PARAMS], [
                                        ucs_status_t (*)(uct_md_h, void *, size_t,
                                                         const uct_md_mem_reg_params_t *,
                                                         uct_mem_h *)>);]])
+])
+
+# UCX 1.13: uct_md_ops_t::mkey_pack takes uct_md_mkey_pack_params_t (before:
+# md, memh and the buffer only).
+AC_DEFUN([XQP_UCX_CHECK_MKEY_PACK_PARAMS], [
+    XQP_UCX_PROBE([mkey_pack_params], [mkey_pack callback takes uct_md_mkey_pack_params_t],
+        [[static_assert(std::is_same_v<uct_md_mkey_pack_func_t,
+                                       ucs_status_t (*)(uct_md_h, uct_mem_h,
+                                                        const uct_md_mkey_pack_params_t *,
+                                                        void *)> ||
+                        std::is_same_v<uct_md_mkey_pack_func_t,
+                                       ucs_status_t (*)(uct_md_h, uct_mem_h, void *, size_t,
+                                                        const uct_md_mkey_pack_params_t *,
+                                                        void *)>);]])
 ])
 
 # UCX 1.16: uct_md_ops_t::mkey_pack also gets the address and length.
@@ -161,6 +190,18 @@ AC_DEFUN([XQP_UCX_CHECK_RCACHE_OPS_MERGE], [
         [[ucs_rcache_ops_t ops = {}; ops.merge = nullptr; (void)ops;]])
 ])
 
+# UCX 1.17: UCP's memory handles record the access rights they were
+# registered with (ucp_mem_t::uct_flags), and UCP registers again when a
+# cached handle lacks the rights an operation needs. Before, UCP handed a
+# cached handle out for any operation (a buffer registered for local access
+# by one protocol, then packed as a remote key by the rendezvous), so xqp
+# must grant every right on every registration there.
+AC_DEFUN([XQP_UCX_CHECK_UCP_MEMH_ACCESS_FLAGS], [
+    XQP_UCX_PROBE([ucp_memh_access_flags], [UCP's cached memory handles record their access rights],
+        [[ucp_mem_t memh = {}; memh.uct_flags = UCT_MD_MEM_ACCESS_ALL; (void)memh;]],
+        [ucp/core/ucp_mm.h])
+])
+
 # ---------------------------------------------------------------- component
 
 # UCX 1.19: uct_component_t::rkey_unpack takes uct_rkey_unpack_params_t.
@@ -176,6 +217,15 @@ AC_DEFUN([XQP_UCX_CHECK_RKEY_UNPACK_PARAMS], [
 AC_DEFUN([XQP_UCX_CHECK_COMPONENT_RKEY_COMPARE], [
     XQP_UCX_PROBE([component_rkey_compare], [uct_component_t has rkey_compare],
         [[uct_component_t c = {}; c.rkey_compare = nullptr; (void)c;]])
+])
+
+# UCX 1.13: uct_component_register() and uct_tl_register(); before, UCX's
+# own modules put themselves on the lists with static initializers
+# (UCT_COMPONENT_REGISTER, UCT_TL_DEFINE).
+AC_DEFUN([XQP_UCX_CHECK_COMPONENT_REGISTER], [
+    XQP_UCX_PROBE([component_register], [uct_component_register() and uct_tl_register() exist],
+        [[void (*c)(uct_component_t *) = uct_component_register;
+          void (*t)(uct_component_t *, uct_tl_t *) = uct_tl_register; (void)c; (void)t;]])
 ])
 
 # ---------------------------------------------------------------- interface
@@ -208,6 +258,13 @@ AC_DEFUN([XQP_UCX_CHECK_IS_REACHABLE_SCOPE], [
           (void)p;]])
 ])
 
+# UCX 1.13: ucs_queue_is_empty() takes a const queue.
+AC_DEFUN([XQP_UCX_CHECK_QUEUE_IS_EMPTY_CONST], [
+    XQP_UCX_PROBE([queue_is_empty_const], [ucs_queue_is_empty() takes a const queue],
+        [[const ucs_queue_head_t *q = nullptr; (void)ucs_queue_is_empty(q);]],
+        [ucs/datastruct/queue.h])
+])
+
 # ---------------------------------------------------------------- loading
 
 # UCX 1.22: UCX_PLUGIN_PATH, and libucs scans its module directories for any
@@ -223,11 +280,13 @@ AC_DEFUN([XQP_UCX_CHECK_PLUGIN_PATH], [
 # XQP_UCX_PROBES: every probe above, after XQP_CHECK_UCX.
 AC_DEFUN([XQP_UCX_PROBES], [
     XQP_UCX_PROBE_SANITY
+    XQP_UCX_CHECK_VERNO_PATCH
     XQP_UCX_CHECK_CONFIG_ENTRY_FLAGS
     XQP_UCX_CHECK_MD_QUERY_V2
     XQP_UCX_CHECK_MD_ATTR_REG_ALIGNMENT
     XQP_UCX_CHECK_MD_BASE_QUERY
     XQP_UCX_CHECK_MEM_REG_PARAMS
+    XQP_UCX_CHECK_MKEY_PACK_PARAMS
     XQP_UCX_CHECK_MKEY_PACK_ADDRESS
     XQP_UCX_CHECK_MD_OPS_MEM_ATTACH
     XQP_UCX_CHECK_MD_OPS_IS_SOCKADDR_ACCESSIBLE
@@ -235,8 +294,10 @@ AC_DEFUN([XQP_UCX_PROBES], [
     XQP_UCX_CHECK_RCACHE_PARAMS_ALIGNMENT
     XQP_UCX_CHECK_RCACHE_GET_ALIGNMENT
     XQP_UCX_CHECK_RCACHE_OPS_MERGE
+    XQP_UCX_CHECK_UCP_MEMH_ACCESS_FLAGS
     XQP_UCX_CHECK_RKEY_UNPACK_PARAMS
     XQP_UCX_CHECK_COMPONENT_RKEY_COMPARE
+    XQP_UCX_CHECK_COMPONENT_REGISTER
     XQP_UCX_CHECK_BASE_IFACE_INTERNAL_OPS
     XQP_UCX_CHECK_INTERNAL_OP([ep_connect_to_ep_v2], [1.14])
     XQP_UCX_CHECK_INTERNAL_OP([iface_is_reachable_v2], [1.15])
@@ -247,6 +308,7 @@ AC_DEFUN([XQP_UCX_PROBES], [
     XQP_UCX_CHECK_INTERNAL_OP([ep_put_sgl_zcopy], [1.22])
     XQP_UCX_CHECK_IFACE_BASE_QUERY_V2
     XQP_UCX_CHECK_IS_REACHABLE_SCOPE
+    XQP_UCX_CHECK_QUEUE_IS_EMPTY_CONST
     XQP_UCX_CHECK_PLUGIN_PATH
     {
         echo "/* Generated by configure: UCX $XQP_UCX_VERSION API probes (config/m4/ucx_compat.m4). Do not edit. */"

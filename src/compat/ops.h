@@ -43,8 +43,7 @@ using md_query_fn     = ucs_status_t (*)(uct_md_h md, MdCaps *caps);
 using md_mem_reg_fn   = ucs_status_t (*)(uct_md_h md, void *address, size_t length,
                                          unsigned flags, uct_mem_h *memh_p);
 using md_mkey_pack_fn = ucs_status_t (*)(uct_md_h md, uct_mem_h memh,
-                                         const uct_md_mkey_pack_params_t *params,
-                                         void *rkey_buffer);
+                                         const MkeyPackParams *params, void *rkey_buffer);
 
 namespace detail {
 
@@ -80,8 +79,15 @@ ucs_status_t md_mkey_pack(uct_md_h md, uct_mem_h memh, void *, size_t,
 {
     return MkeyPack(md, memh, params, rkey_buffer);
 }
-#else
+#elif defined(XQP_UCX_HAVE_MKEY_PACK_PARAMS)
 template <md_mkey_pack_fn MkeyPack> inline constexpr md_mkey_pack_fn md_mkey_pack = MkeyPack;
+#else
+/* no parameters before UCX 1.13 */
+template <md_mkey_pack_fn MkeyPack>
+ucs_status_t md_mkey_pack(uct_md_h md, uct_mem_h memh, void *rkey_buffer)
+{
+    return MkeyPack(md, memh, nullptr, rkey_buffer);
+}
 #endif
 
 #ifdef XQP_UCX_HAVE_MD_OPS_IS_SOCKADDR_ACCESSIBLE

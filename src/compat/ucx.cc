@@ -50,6 +50,7 @@ const uct_component_t *registered_component(const char *name)
     return nullptr;
 }
 
+#ifdef XQP_UCX_HAVE_COMPONENT_REGISTER
 void register_component(uct_component_t *component, uct_tl_t *const *tls, size_t num_tls)
 {
     uct_component_register(component);
@@ -67,6 +68,32 @@ void unregister_component(uct_component_t *component, uct_tl_t *const *tls, size
     uct_component_unregister(component);
     ucs_list_del(&component->list);
 }
+#else
+/* the component on UCX's list of components, its configuration tables
+ * (memory domain, connection manager) and each transport's on UCX's global
+ * configuration list, each transport on the component's list */
+void register_component(uct_component_t *component, uct_tl_t *const *tls, size_t num_tls)
+{
+    ucs_list_add_tail(&uct_components_list, &component->list);
+    ucs_list_add_tail(&ucs_config_global_list, &component->md_config.list);
+    ucs_list_add_tail(&ucs_config_global_list, &component->cm_config.list);
+    for (size_t i = 0; i < num_tls; ++i) {
+        ucs_list_add_tail(&component->tl_list, &tls[i]->list);
+        ucs_list_add_tail(&ucs_config_global_list, &tls[i]->config.list);
+    }
+}
+
+void unregister_component(uct_component_t *component, uct_tl_t *const *tls, size_t num_tls)
+{
+    for (size_t i = 0; i < num_tls; ++i) {
+        ucs_list_del(&tls[i]->config.list);
+        ucs_list_del(&tls[i]->list);
+    }
+    ucs_list_del(&component->cm_config.list);
+    ucs_list_del(&component->md_config.list);
+    ucs_list_del(&component->list);
+}
+#endif
 
 } // namespace xqp::compat
 

@@ -14,7 +14,8 @@
  * Which release has which internal API is never decided from the version
  * number: configure compiles a probe for every difference against the UCX
  * tree (config/m4/ucx_compat.m4) and records the results as
- * XQP_UCX_HAVE_* in xqp_ucx_probes.h, which only src/compat/ includes.
+ * XQP_UCX_HAVE_* in xqp_ucx_probes.h, which only src/compat/ includes
+ * (and the tests whose expectations depend on a probe).
  */
 #ifndef XQP_COMPAT_UCX_H
 #define XQP_COMPAT_UCX_H
@@ -58,10 +59,30 @@ extern "C" {
 
 namespace xqp::compat {
 
-/* The UCX release this plugin was compiled against. */
+namespace detail {
+/* field n (0: major, 1: minor, 2: patch) of a version string like "1.12.1" */
+constexpr unsigned version_field(const char *s, int n)
+{
+    for (; (n > 0) && (*s != '\0'); ++s) {
+        n -= (*s == '.');
+    }
+    unsigned value = 0;
+    for (; (*s >= '0') && (*s <= '9'); ++s) {
+        value = value * 10 + unsigned(*s - '0');
+    }
+    return value;
+}
+} // namespace detail
+
+/* The UCX release this plugin was compiled against (before UCX 1.13 the
+ * patch level is only in UCT_VERNO_STRING). */
 constexpr Version built_version()
 {
+#ifdef XQP_UCX_HAVE_VERNO_PATCH
     return Version{UCT_VERNO_MAJOR, UCT_VERNO_MINOR, UCT_VERNO_PATCH};
+#else
+    return Version{UCT_VERNO_MAJOR, UCT_VERNO_MINOR, detail::version_field(UCT_VERNO_STRING, 2)};
+#endif
 }
 
 /*
@@ -76,7 +97,9 @@ std::optional<Version> running_version();
  * Registers a component and its transports with UCX / removes them again.
  * uct_component_unregister() and uct_tl_unregister() leave the component
  * and the transports in UCX's lists (1.13 to 1.22 at least), so removal is
- * completed here.
+ * completed here. Releases without those functions (before 1.13) get the
+ * list insertions UCX's own modules make with UCT_COMPONENT_REGISTER and
+ * UCT_TL_DEFINE.
  */
 void register_component(uct_component_t *component, uct_tl_t *const *tls, size_t num_tls);
 void unregister_component(uct_component_t *component, uct_tl_t *const *tls, size_t num_tls);
@@ -87,6 +110,25 @@ void unregister_component(uct_component_t *component, uct_tl_t *const *tls, size
  * directory as another) must not register the same name twice.
  */
 const uct_component_t *registered_component(const char *name);
+
+/* The parameters of the mkey_pack callback: uct_md_mkey_pack_params_t from
+ * UCX 1.13, none before (xqp's packing takes none into account). */
+#ifdef XQP_UCX_HAVE_MKEY_PACK_PARAMS
+using MkeyPackParams = uct_md_mkey_pack_params_t;
+#else
+struct MkeyPackParams {};
+#endif
+
+/* ucs_queue_is_empty() of a const queue (it takes a non-const one before
+ * UCX 1.13, and only reads it) */
+inline bool queue_is_empty(const ucs_queue_head_t *queue)
+{
+#ifdef XQP_UCX_HAVE_QUEUE_IS_EMPTY_CONST
+    return ucs_queue_is_empty(queue);
+#else
+    return ucs_queue_is_empty(const_cast<ucs_queue_head_t *>(queue));
+#endif
+}
 
 /* Arguments of uct_base_iface_t's constructor that exist only with ENABLE_STATS. */
 #define XQP_UCX_IFACE_STATS_ARGS(_params, _name) \
@@ -180,6 +222,32 @@ inline ucs_status_t rcache_get(ucs_rcache_t *rcache, void *address, size_t lengt
 #else
     return ucs_rcache_get(rcache, address, length, prot, arg, region_p);
 #endif
+}
+
+/*
+ * Whether a registration grants exactly the access rights it was asked for.
+ * UCP keeps registrations in its own cache and hands them out again for
+ * later operations on the same buffer. From UCX 1.17 it records the rights
+ * each one was made with and registers again when an operation needs more.
+ * Up to 1.16 it looks only at the memory domains: a buffer registered for
+ * local access by one protocol (received into with a rendezvous get, sent
+ * with eager zero-copy) is later packed as the remote key of a rendezvous
+ * send, and the peer's RDMA read then fails ("remote access error").
+ * There every registration must grant every right, as UCX's own IB memory
+ * domain always does.
+ */
+#ifdef XQP_UCX_HAVE_UCP_MEMH_ACCESS_FLAGS
+inline constexpr bool kExactAccessRights = true;
+#else
+inline constexpr bool kExactAccessRights = false;
+#endif
+
+/* The UCT_MD_MEM_ACCESS_* rights a registration asked for with the mem_reg
+ * flags `flags` must grant (none given: all, as UCT defines). */
+constexpr unsigned registration_access(unsigned flags)
+{
+    const unsigned asked = flags & UCT_MD_MEM_ACCESS_ALL;
+    return (kExactAccessRights && (asked != 0)) ? asked : unsigned(UCT_MD_MEM_ACCESS_ALL);
 }
 
 } // namespace xqp::compat

@@ -110,7 +110,7 @@ public:
     /* test hook (xqp_ep_inject_failure): fails the connection as an rdma_cm
      * error on the async thread would; callable from any thread */
     void inject_failure(ucs_status_t status, unsigned hold_us);
-    bool has_pending() const { return !ucs_queue_is_empty(&pending_); }
+    bool has_pending() const { return !compat::queue_is_empty(&pending_); }
     /* runs pending requests while resources last; returns how many ran */
     unsigned dispatch();
     /* uct_ep_check: the status when known, otherwise a probe on the wire */

@@ -36,7 +36,8 @@ ucs_config_field_t config_table[] = {
      " try - use it when it can be created\n"
      " no  - register and deregister every time\n"
      "Either way a registration grants exactly the access rights requested\n"
-     "(one cache per set of rights).",
+     "(one cache per set of rights); with UCX releases up to 1.16, whose UCP\n"
+     "reuses a registration whatever rights it was made with, every right.",
      ucs_offsetof(Config, rcache), UCS_CONFIG_TYPE_TERNARY},
 
     {"TOPO_XML", "",
@@ -60,11 +61,12 @@ static ucs_status_t md_query(uct_md_h md, compat::MdCaps *caps)
     });
 }
 
-/* ibv access flags for a registration: no wider than the UCT flags ask */
+/* ibv access flags for a registration: no wider than the rights it must
+ * grant (compat::registration_access: exactly those asked, or all of them
+ * where UCP reuses registrations regardless of their rights) */
 int access_flags(unsigned uct_flags)
 {
-    const unsigned all    = UCT_MD_MEM_ACCESS_ALL;
-    const unsigned access = (uct_flags & all) ? (uct_flags & all) : all;
+    const unsigned access = compat::registration_access(uct_flags);
     /* local write: the HCA writes received data and read responses here */
     int flags = IBV_ACCESS_LOCAL_WRITE;
     if (access & UCT_MD_MEM_ACCESS_REMOTE_PUT) {
@@ -137,7 +139,7 @@ static ucs_status_t md_mem_dereg(uct_md_h, const uct_md_mem_dereg_params_t *para
     return UCS_OK;
 }
 
-static ucs_status_t md_mkey_pack(uct_md_h, uct_mem_h memh, const uct_md_mkey_pack_params_t *,
+static ucs_status_t md_mkey_pack(uct_md_h, uct_mem_h memh, const compat::MkeyPackParams *,
                                  void *rkey_buffer)
 {
     pack_rkey(static_cast<Memh *>(memh)->mr->rkey, rkey_buffer);

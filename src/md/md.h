@@ -111,7 +111,8 @@ constexpr size_t   kRkeyPackedSize = 2 * sizeof(uint32_t);
 void pack_rkey(uint32_t rkey, void *buffer);
 ucs_status_t unpack_rkey(const void *buffer, uint32_t *rkey);
 
-/* ibv access flags for UCT_MD_MEM_ACCESS_* flags (all when none is given) */
+/* ibv access flags of a registration asked for with these mem_reg flags
+ * (compat::registration_access; all when none is given) */
 int access_flags(unsigned uct_flags);
 
 /* uct_component_t::md_open */

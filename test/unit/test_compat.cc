@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstring>
+#include <string>
 
 using xqp::compat::unsupported;
 
@@ -34,7 +36,22 @@ TEST(CompatVersion, BuiltVersionIsTheHeadersVersion)
     const auto v = xqp::compat::built_version();
     EXPECT_EQ(unsigned(UCT_VERNO_MAJOR), v.major);
     EXPECT_EQ(unsigned(UCT_VERNO_MINOR), v.minor);
-    EXPECT_EQ(unsigned(UCT_VERNO_PATCH), v.patch);
+    /* "X.Y.Z", or more after it (UCT_VERNO_PATCH only exists from 1.13) */
+    const std::string built = xqp::compat::to_string(v);
+    EXPECT_EQ(0u, std::string(UCT_VERNO_STRING).rfind(built, 0)) << UCT_VERNO_STRING;
+    EXPECT_TRUE((std::string(UCT_VERNO_STRING).size() == built.size()) ||
+                !std::isdigit(static_cast<unsigned char>(UCT_VERNO_STRING[built.size()])))
+            << UCT_VERNO_STRING;
+}
+
+TEST(CompatVersion, VersionFieldsOfAString)
+{
+    using xqp::compat::detail::version_field;
+    static_assert(version_field("1.12.1", 0) == 1);
+    static_assert(version_field("1.12.1", 1) == 12);
+    static_assert(version_field("1.12.1", 2) == 1);
+    static_assert(version_field("1.22.0-rc3", 2) == 0);
+    static_assert(version_field("1.22", 2) == 0);
 }
 
 TEST(CompatVersion, UnitTestsRunAgainstTheUcxTheyWereBuiltFor)
@@ -80,7 +97,7 @@ ucs_status_t test_mem_dereg(uct_md_h, const uct_md_mem_dereg_params_t *)
     return UCS_OK;
 }
 
-ucs_status_t test_mkey_pack(uct_md_h, uct_mem_h memh, const uct_md_mkey_pack_params_t *,
+ucs_status_t test_mkey_pack(uct_md_h, uct_mem_h memh, const xqp::compat::MkeyPackParams *,
                             void *rkey_buffer)
 {
     const uint32_t key = (memh == &memh_storage) ? 0x1234u : 0u;
