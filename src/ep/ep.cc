@@ -31,6 +31,10 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
             iface->next_conn_id())
 {
     ucs_queue_head_init(&pending_);
+    tx_queue_len_            = iface->tx_queue_len();
+    tx_moderation_           = iface->tx_moderation();
+    sig_countdown_           = tx_moderation_;
+    max_inline_              = iface->max_inline();
     put_inl_wr_.sg_list      = &put_inl_sge_;
     put_inl_wr_.num_sge      = 1;
     am_inl_wr_.sg_list       = am_inl_sge_;
@@ -47,7 +51,7 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
 
 Endpoint::~Endpoint()
 {
-    if (deferring_) {
+    if (deferring()) {
         fail_deferred(UCS_ERR_CANCELED); /* never on the wire */
     }
     {
@@ -61,7 +65,7 @@ Endpoint::~Endpoint()
          * the QP (owned by conn_) is destroyed. Unsignaled ones that already
          * completed report nothing: a marker after them does. */
         if ((outstanding() > 0) && (qp() != nullptr)) {
-            if ((unsignaled_ > 0) && has_tx_resources()) {
+            if ((unsignaled() > 0) && has_tx_resources()) {
                 post_marker(nullptr); /* on a failed QP it completes with a flush error */
             }
             conn_.retire_qp();
@@ -167,12 +171,13 @@ unsigned Endpoint::dispatch()
     unsigned count = 0;
     if (state() == State::Connected) {
         /* requests made while connecting are older than any pending one */
-        if (ucs_unlikely(deferring_)) {
+        if (ucs_unlikely(deferring())) {
             count += post_deferred();
         }
         /* the requests run here may post, flush or queue again on this
          * endpoint: they are the oldest, nothing overtakes them */
         dispatching_ = true;
+        update_queued();
         while (!ucs_queue_is_empty(&pending_) && (tx_check_all() == UCS_OK)) {
             ucs_queue_elem_t *elem = ucs_queue_pull_non_empty(&pending_);
             uct_pending_req_t *req = pending_req(elem);
@@ -187,11 +192,12 @@ unsigned Endpoint::dispatch()
             }
         }
         dispatching_ = false;
+        update_queued();
         if (!ucs_queue_is_empty(&pending_)) {
             iface_->wait_for_resources(this);
         }
     } else if ((state() == State::Failed) && !error_reported_) {
-        if (deferring_) {
+        if (deferring()) {
             fail_deferred(fail_status_); /* before the handler, which may destroy us */
         }
         error_reported_ = true;
@@ -210,7 +216,7 @@ unsigned Endpoint::dispatch()
 
 ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *comp)
 {
-    if (ucs_unlikely(deferring_) && (state() == State::Connected)) {
+    if (ucs_unlikely(deferring()) && (state() == State::Connected)) {
         post_deferred(); /* the flush covers them: on the wire first */
     }
     switch (state()) {
@@ -229,7 +235,7 @@ ucs_status_t Endpoint::flush(unsigned flags, uct_completion_t *comp)
         /* RC completes in order: the flush is done when the request posted
          * last completes; when that one is unsignaled, a signaled marker
          * after it reports it */
-        if (unsignaled_ > 0) {
+        if (unsignaled() > 0) {
             if (tx_check() != UCS_OK) {
                 return UCS_ERR_NO_RESOURCE;
             }
@@ -262,7 +268,7 @@ ucs_status_t Endpoint::cancel(uct_completion_t *comp)
     /* an unsignaled request that completed before the QP stops reports
      * nothing: a signaled marker after it does, whether it then completes
      * or is flushed */
-    if (unsignaled_ > 0) {
+    if (unsignaled() > 0) {
         if (!has_tx_resources()) {
             return UCS_ERR_NO_RESOURCE;
         }
@@ -301,6 +307,7 @@ ucs_status_t Endpoint::pending_add(uct_pending_req_t *req, unsigned)
         /* behind the requests queued before it, which the interface
          * dispatches as soon as there are resources */
         ucs_queue_push(&pending_, pending_elem(req));
+        update_queued();
         if (free) {
             iface_->schedule_pending(this);
         } else {
@@ -316,6 +323,7 @@ ucs_status_t Endpoint::pending_add(uct_pending_req_t *req, unsigned)
     const bool connecting = (state() == State::Connecting);
     if (connecting) {
         ucs_queue_push(&pending_, pending_elem(req));
+        update_queued();
     }
     return connecting ? UCS_OK : UCS_ERR_BUSY;
 }
@@ -328,6 +336,7 @@ void Endpoint::pending_purge(uct_pending_purge_callback_t cb, void *arg)
             cb(req, arg);
         }
     }
+    update_queued();
 }
 
 void Endpoint::wireup_info(xqp_wireup_info_t *info) const
@@ -349,34 +358,41 @@ ucs_status_t Endpoint::tx_check_all()
 
 inline ucs_status_t Endpoint::post(ibv_send_wr *wr, iface::TxOp *op)
 {
-    const uint64_t sn = posted_sn_ + 1;
+    if (ucs_unlikely(slow_ != 0)) {
+        return post_slow(wr, op); /* a fence, a forced signal, a deferral */
+    }
     /* selective signaling: a request that needs nothing at completion goes
-     * unsignaled, but one in every iface_->tx_moderation() is signaled so
-     * that its completion returns the send queue slots of those before it */
-    if ((op == nullptr) &&
-        ucs_unlikely((unsignaled_ + 1 >= iface_->tx_moderation()) || iface_->tx_credit_low())) {
+     * unsignaled, but one in every tx_moderation_ is signaled so that its
+     * completion returns the send queue slots of those before it */
+    if ((op == nullptr) && ucs_unlikely(sig_countdown_ <= 1)) {
         op = iface_->get_op(); /* tx_check() made sure there is one */
     }
-    if (op != nullptr) {
-        op->ep          = this;
-        op->sn          = sn;
-        wr->wr_id       = reinterpret_cast<uintptr_t>(op);
-        wr->send_flags |= IBV_SEND_SIGNALED;
-    } else {
-        wr->wr_id = (sn << 1) | 1;
-    }
-    if (ucs_unlikely(fence_next_)) {
-        wr->send_flags |= IBV_SEND_FENCE;
-    }
+    prepare(wr, op);
     ibv_send_wr *bad;
-    const int ret = ucs_likely(!deferring_) ? ibv_post_send(qp_, wr, &bad) : defer(*wr);
+    const int ret = ibv_post_send(qp_, wr, &bad);
     if (ucs_unlikely(ret != 0)) {
         return post_failed(ret, op);
     }
-    fence_next_ = false;
-    unsignaled_ = (op != nullptr) ? 0 : (unsignaled_ + 1);
-    posted_sn_  = sn;
-    iface_->tx_posted();
+    posted(op);
+    return UCS_OK;
+}
+
+ucs_status_t Endpoint::post_slow(ibv_send_wr *wr, iface::TxOp *op)
+{
+    if ((op == nullptr) && ((sig_countdown_ <= 1) || (slow_ & kSignal))) {
+        op = iface_->get_op(); /* tx_check() made sure there is one */
+    }
+    prepare(wr, op);
+    if (slow_ & kFence) {
+        wr->send_flags |= IBV_SEND_FENCE;
+    }
+    ibv_send_wr *bad;
+    const int ret = deferring() ? defer(*wr) : ibv_post_send(qp_, wr, &bad);
+    if (ret != 0) {
+        return post_failed(ret, op);
+    }
+    slow_ &= ~(kFence | kSignal);
+    posted(op);
     return UCS_OK;
 }
 
@@ -492,17 +508,32 @@ static void set_rdma(ibv_send_wr &wr, ibv_wr_opcode opcode, uint64_t remote_addr
     wr.wr.rdma.rkey        = static_cast<uint32_t>(rkey);
 }
 
-ucs_status_t Endpoint::put_short(const void *buffer, unsigned length, uint64_t remote_addr,
-                                 uct_rkey_t rkey)
+UCS_F_ALWAYS_INLINE ucs_status_t Endpoint::put_short(const void *buffer, unsigned length,
+                                                     uint64_t remote_addr, uct_rkey_t rkey)
 {
-    UCT_CHECK_LENGTH(length, 0, iface_->max_inline(), "put_short");
-    ucs_status_t status = tx_check();
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
-    if (ucs_unlikely(length > iface_->max_inline())) {
+    UCT_CHECK_LENGTH(length, 0, max_inline_, "put_short");
+    if (ucs_unlikely(length > max_inline_)) {
         return UCS_ERR_INVALID_PARAM;
     }
+    if (ucs_unlikely(!tx_ready(state()))) {
+        return put_short_slow(buffer, length, remote_addr, rkey);
+    }
+    return put_short_post(buffer, length, remote_addr, rkey);
+}
+
+UCS_F_NOINLINE ucs_status_t Endpoint::put_short_slow(const void *buffer, unsigned length,
+                                                     uint64_t remote_addr, uct_rkey_t rkey)
+{
+    const ucs_status_t status = tx_check_slow(state());
+    if (status != UCS_OK) {
+        return status;
+    }
+    return put_short_post(buffer, length, remote_addr, rkey);
+}
+
+inline ucs_status_t Endpoint::put_short_post(const void *buffer, unsigned length,
+                                             uint64_t remote_addr, uct_rkey_t rkey)
+{
     put_inl_sge_.addr      = reinterpret_cast<uintptr_t>(buffer);
     put_inl_sge_.length    = length;
     put_inl_wr_.send_flags = IBV_SEND_INLINE;
@@ -650,18 +681,33 @@ static void set_send(ibv_send_wr &wr, uint8_t id)
     wr.imm_data = htonl(id);
 }
 
-ucs_status_t Endpoint::am_short(uint8_t id, uint64_t header, const void *payload,
-                                unsigned length)
+UCS_F_ALWAYS_INLINE ucs_status_t Endpoint::am_short(uint8_t id, uint64_t header,
+                                                    const void *payload, unsigned length)
 {
     UCT_CHECK_AM_ID(id);
-    UCT_CHECK_LENGTH(sizeof(header) + length, 0, iface_->max_inline(), "am_short");
-    ucs_status_t status = tx_check();
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
-    }
-    if (ucs_unlikely(length + sizeof(header) > iface_->max_inline())) {
+    UCT_CHECK_LENGTH(sizeof(header) + length, 0, max_inline_, "am_short");
+    if (ucs_unlikely(length + sizeof(header) > max_inline_)) {
         return UCS_ERR_INVALID_PARAM;
     }
+    if (ucs_unlikely(!tx_ready(state()))) {
+        return am_short_slow(id, header, payload, length);
+    }
+    return am_short_post(id, header, payload, length);
+}
+
+UCS_F_NOINLINE ucs_status_t Endpoint::am_short_slow(uint8_t id, uint64_t header,
+                                                    const void *payload, unsigned length)
+{
+    const ucs_status_t status = tx_check_slow(state());
+    if (status != UCS_OK) {
+        return status;
+    }
+    return am_short_post(id, header, payload, length);
+}
+
+inline ucs_status_t Endpoint::am_short_post(uint8_t id, uint64_t header, const void *payload,
+                                            unsigned length)
+{
     am_inl_sge_[0].addr   = reinterpret_cast<uintptr_t>(&header);
     am_inl_sge_[1].addr   = reinterpret_cast<uintptr_t>(payload);
     am_inl_sge_[1].length = length;
@@ -674,7 +720,7 @@ ucs_status_t Endpoint::am_short(uint8_t id, uint64_t header, const void *payload
 ucs_status_t Endpoint::am_short_iov(uint8_t id, const uct_iov_t *iov, size_t iovcnt)
 {
     UCT_CHECK_AM_ID(id);
-    UCT_CHECK_LENGTH(iov_bytes(iov, iovcnt), 0, iface_->max_inline(), "am_short_iov");
+    UCT_CHECK_LENGTH(iov_bytes(iov, iovcnt), 0, max_inline_, "am_short_iov");
     ucs_status_t status = tx_check();
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
@@ -693,7 +739,7 @@ ucs_status_t Endpoint::am_short_iov(uint8_t id, const uct_iov_t *iov, size_t iov
                           static_cast<uint32_t>(iov[i].length), 0};
         total += iov[i].length;
     }
-    if (total > iface_->max_inline()) {
+    if (total > max_inline_) {
         return UCS_ERR_INVALID_PARAM;
     }
     ibv_send_wr wr = {};

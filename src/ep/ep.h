@@ -57,7 +57,7 @@ public:
     ucs_status_t flush(unsigned flags, uct_completion_t *comp);
     /* flush with UCT_FLUSH_FLAG_CANCEL on a connected endpoint */
     ucs_status_t cancel(uct_completion_t *comp);
-    void fence() { fence_next_ = true; }
+    void fence() { slow_ |= kFence; }
     /* requests posted and not yet known to be complete */
     unsigned outstanding() const { return static_cast<unsigned>(posted_sn_ - completed_sn_); }
     /* completions may still come for what was posted (main thread, after
@@ -132,27 +132,50 @@ public:
 
 private:
     void schedule_progress();
-    /* a send queue slot and a TxOp, whatever the connection's state */
+    /* a send queue slot, a TxOp and an interface credit, whatever the
+     * connection's state */
     bool has_tx_resources() const
     {
-        return (outstanding() < iface_->tx_queue_len()) && iface_->has_free_op() &&
+        return (outstanding() < tx_queue_len_) && iface_->has_free_op() &&
                iface_->has_tx_credit();
     }
     /* UCS_OK when a request can be posted now (or deferred, while the
-     * connection is being established) */
+     * connection is being established). The common case is one test of
+     * the state, of slow_ and of each resource; everything else is
+     * tx_check_slow's. */
+    bool tx_ready(State st) const
+    {
+        return (st == State::Connected) && !(slow_ & (kDeferring | kQueued)) &&
+               (outstanding() < tx_queue_len_) && iface_->tx_credit_ample() &&
+               iface_->has_free_op();
+    }
     ucs_status_t tx_check()
     {
         const State st = state();
-        if (ucs_likely((st == State::Connected) && !deferring_)) {
-            /* queued requests go first: a new one waits behind them */
-            return (has_tx_resources() && (ucs_queue_is_empty(&pending_) || dispatching_)) ?
-                           UCS_OK :
-                           UCS_ERR_NO_RESOURCE;
-        }
-        return tx_check_slow(st);
+        return ucs_likely(tx_ready(st)) ? UCS_OK : tx_check_slow(st);
     }
-    /* the rare states: connecting, failed, deferred requests to post */
+    /* the rare cases: connecting, failed, deferred requests to post,
+     * requests queued ahead, resources short or nearly short */
     ucs_status_t tx_check_slow(State st);
+    /* tx_check_slow's answer for a request that may go now: near the
+     * interface's bound it is signaled (kSignal) */
+    ucs_status_t tx_grant()
+    {
+        if (iface_->tx_credit_low()) {
+            slow_ |= kSignal;
+        }
+        return UCS_OK;
+    }
+    /* pending requests are queued ahead of new ones (kQueued) unless
+     * dispatch() is running them: after every change of either */
+    void update_queued()
+    {
+        if (!ucs_queue_is_empty(&pending_) && !dispatching_) {
+            slow_ |= kQueued;
+        } else {
+            slow_ &= ~kQueued;
+        }
+    }
     /* UCS_OK when any request, buffered ones included, can be posted now */
     ucs_status_t tx_check_all();
     /* requests made while connecting (ep_deferred.cc, main thread): keeps a
@@ -166,10 +189,42 @@ private:
      * nothing to finish, posted unsignaled unless the moderation asks for a
      * completion now. Inlined into each operation. */
     inline ucs_status_t post(ibv_send_wr *wr, iface::TxOp *op);
+    /* post() with a fence, a forced signal or a deferral to apply */
+    ucs_status_t post_slow(ibv_send_wr *wr, iface::TxOp *op);
+    /* wr_id and signaling of a request numbered posted_sn_ + 1 */
+    void prepare(ibv_send_wr *wr, iface::TxOp *op) const
+    {
+        if (op != nullptr) {
+            op->ep          = const_cast<Endpoint *>(this);
+            op->sn          = posted_sn_ + 1;
+            wr->wr_id       = reinterpret_cast<uintptr_t>(op);
+            wr->send_flags |= IBV_SEND_SIGNALED;
+        } else {
+            wr->wr_id = ((posted_sn_ + 1) << 1) | 1;
+        }
+    }
+    /* the request is on the QP (or deferred): the accounting */
+    void posted(const iface::TxOp *op)
+    {
+        sig_countdown_ = (op != nullptr) ? tx_moderation_ : (sig_countdown_ - 1);
+        ++posted_sn_;
+        iface_->tx_posted();
+    }
     /* ibv_post_send failed: says so and returns op's resources */
     ucs_status_t post_failed(int ret, iface::TxOp *op);
     /* a signaled zero-length RDMA WRITE: completes the requests before it */
     ucs_status_t post_marker(uct_completion_t *comp);
+    /* the inline operations after their checks; the _slow variants, out of
+     * line, run tx_check_slow first, so that the common case saves no
+     * registers for a call it does not make */
+    inline ucs_status_t put_short_post(const void *buffer, unsigned length,
+                                       uint64_t remote_addr, uct_rkey_t rkey);
+    ucs_status_t put_short_slow(const void *buffer, unsigned length, uint64_t remote_addr,
+                                uct_rkey_t rkey);
+    inline ucs_status_t am_short_post(uint8_t id, uint64_t header, const void *payload,
+                                      unsigned length);
+    ucs_status_t am_short_slow(uint8_t id, uint64_t header, const void *payload,
+                               unsigned length);
     /* packs into a bounce buffer and posts wr (opcode set by the caller) */
     ssize_t bcopy(uct_pack_callback_t pack_cb, void *arg, ibv_send_wr *wr);
     /* RDMA WRITE / READ of registered iov entries */
@@ -191,8 +246,24 @@ private:
      * as posted; the send queue holds those after completed_sn_ */
     uint64_t            posted_sn_   = 0;
     uint64_t            completed_sn_ = 0;
-    unsigned            unsignaled_   = 0; /* posted since the last signaled one */
-    bool                fence_next_  = false;
+    /* requests until the next one that is signaled unasked: tx_moderation_
+     * right after a signaled one */
+    unsigned            sig_countdown_ = 1;
+    /* requests posted since the last signaled one */
+    unsigned unsignaled() const { return tx_moderation_ - sig_countdown_; }
+    /* copies of the interface's limits, read on every request */
+    uint32_t            tx_queue_len_  = 0;
+    unsigned            tx_moderation_ = 1;
+    size_t              max_inline_    = 0;
+    /* why a request cannot take the common path (main thread): tx_check
+     * tests kDeferring and kQueued, post() all of them */
+    enum : uint32_t {
+        kDeferring = 1u << 0, /* requests made while connecting are kept */
+        kQueued    = 1u << 1, /* pending requests wait ahead of new ones */
+        kFence     = 1u << 2, /* the next request is fenced */
+        kSignal    = 1u << 3, /* the next request is signaled (credits low) */
+    };
+    uint32_t            slow_ = 0;
     /* the inline operations post prebuilt requests, as UCX's rc_verbs does:
      * per call only the data, the remote address and the AM id are set */
     ibv_sge             put_inl_sge_    = {};
@@ -205,9 +276,9 @@ private:
         ibv_sge              sge[8];
         std::vector<uint8_t> inline_data; /* the bytes of an inline request */
     };
-    /* requests are deferred (main thread): from the first one made while
-     * connecting until all of them are posted or failed */
-    bool                deferring_ = false;
+    /* requests are deferred (kDeferring, main thread) from the first one
+     * made while connecting until all of them are posted or failed */
+    bool deferring() const { return (slow_ & kDeferring) != 0; }
     std::deque<Deferred> deferred_;
     bool                destroying_  = false;
     /* dispatch() is running this endpoint's pending requests */

@@ -27,10 +27,18 @@ ucs_status_t Endpoint::tx_check_slow(State st)
 {
     switch (st) {
     case State::Connected:
-        /* established, with requests made while connecting still here:
-         * they go first (post_deferred ends deferring, or fails us) */
-        post_deferred();
-        return tx_check();
+        if (ucs_unlikely(deferring())) {
+            /* established, with requests made while connecting still
+             * here: they go first (post_deferred ends deferring, or fails
+             * us) */
+            post_deferred();
+            return tx_check();
+        }
+        /* queued requests go first: a new one waits behind them */
+        if ((slow_ & kQueued) || !has_tx_resources()) {
+            return UCS_ERR_NO_RESOURCE;
+        }
+        return tx_grant();
     case State::Failed:
         /* a peer's death is found asynchronously: until the error handler
          * has run, requests are taken as before (UCX's
@@ -38,7 +46,7 @@ ucs_status_t Endpoint::tx_check_slow(State st)
          * peer went), and the QP, in the error state, ends them with the
          * endpoint's status; after it, the status at once */
         if (!error_reported_ && (qp_ != nullptr) && has_tx_resources()) {
-            return UCS_OK;
+            return tx_grant();
         }
         return fail_status_;
     case State::Connecting:
@@ -48,8 +56,8 @@ ucs_status_t Endpoint::tx_check_slow(State st)
         if (!ucs_queue_is_empty(&pending_) || !has_tx_resources()) {
             return UCS_ERR_NO_RESOURCE;
         }
-        deferring_ = true;
-        return UCS_OK;
+        slow_ |= kDeferring;
+        return tx_grant();
     }
 }
 
@@ -97,7 +105,7 @@ unsigned Endpoint::post_deferred()
         deferred_.pop_front();
         ++count;
     }
-    deferring_ = false;
+    slow_ &= ~kDeferring;
     return count;
 }
 
@@ -105,7 +113,7 @@ void Endpoint::fail_deferred(ucs_status_t status)
 {
     std::deque<Deferred> requests;
     requests.swap(deferred_);
-    deferring_ = false;
+    slow_ &= ~kDeferring;
     for (const auto &d : requests) {
         if (d.wr.send_flags & IBV_SEND_SIGNALED) {
             iface_->finish_op(reinterpret_cast<iface::TxOp *>(d.wr.wr_id), status);

@@ -469,7 +469,8 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
      * beyond its shared receive queue makes the HCAs retry on
      * receiver-not-ready, and rxe retransmits everything after the refused
      * message) */
-    tx_inflight_max_ = std::min<uint64_t>(send_cq_len, config.rx_queue_len);
+    tx_spare_ = static_cast<int64_t>(std::min<uint64_t>(send_cq_len, config.rx_queue_len)) -
+                static_cast<int64_t>(tx_moderation_);
     for (auto &op : ops_) {
         put_op(&op);
     }

@@ -154,15 +154,17 @@ public:
      * must not overrun the CQ; and the peers' shared receive queues see no
      * more than that from us at once (receiver-not-ready retries thrashed
      * with 128 endpoints, UCX's test_uct_pending.pending_fairness). */
-    bool has_tx_credit() const { return tx_inflight_ < tx_inflight_max_; }
+    bool has_tx_credit() const { return tx_spare_ > -static_cast<int64_t>(tx_moderation_); }
     /* near the bound every request is signaled: the one that takes the
      * last credit then completes and returns credits, whatever the
      * unsignaled requests of other endpoints hold */
-    bool tx_credit_low() const { return tx_inflight_ + tx_moderation_ >= tx_inflight_max_; }
-    void tx_posted() { ++tx_inflight_; }
+    bool tx_credit_low() const { return tx_spare_ <= 0; }
+    /* credits, and not near the bound: the data path's one test */
+    bool tx_credit_ample() const { return tx_spare_ > 0; }
+    void tx_posted() { --tx_spare_; }
     void tx_completed(uint64_t count)
     {
-        tx_inflight_ -= count;
+        tx_spare_    += static_cast<int64_t>(count);
         tx_returned_  = true;
     }
     BufferPool &tx_pool() { return *tx_pool_; }
@@ -306,8 +308,10 @@ private:
     std::vector<ep::Endpoint *> ready_;
     std::vector<ep::Endpoint *> waiting_; /* pending requests, no resources yet */
     bool                tx_returned_ = false; /* shared tx resources came back */
-    uint64_t            tx_inflight_     = 0;
-    uint64_t            tx_inflight_max_ = 0;
+    /* the bound on requests in flight, less tx_moderation_, less the
+     * requests in flight: one counter, so that the data path tests one
+     * value (has_tx_credit, tx_credit_low) */
+    int64_t             tx_spare_ = 0;
     std::unique_ptr<wireup::RdmaCmOps> cm_;
     wireup::VerbsEceProvider ece_provider_;
     bool                async_handler_ = false;
