@@ -21,10 +21,9 @@
 # resolves); bandwidth is the run's overall bandwidth. Both tools' "MB/s"
 # are MiB/s (2^20 bytes) and are compared as printed.
 #
-# Writes OUTDIR/datapath.tsv and, when gnuplot is there, OUTDIR/datapath.png;
-# then counts user-space instructions per put_short and am_short with
-# callgrind (deterministic, unlike time). It reports; it fails only when a
-# measurement cannot be made.
+# Writes OUTDIR/datapath.tsv and, when gnuplot is there, OUTDIR/datapath.png.
+# (Instructions per call, counted with callgrind, are cost.sh's table.) It
+# reports; it fails only when a measurement cannot be made.
 set -u
 . "$(dirname "$0")/lib.sh"
 run=$1 dev=$2 out=${3:-.}
@@ -209,27 +208,4 @@ plot "$out/datapath.tsv" using 5:xtic(1) title "xqp / rc_verbs", "" using (\$6 e
 GP
 fi
 
-# instructions per call, inclusive in the transport's put_short / am_short
-instr() {
-    local tl=$1 test=$2 func=$3 port=$((20000 + RANDOM % 10000)) iters=200
-    UCX_WARN_UNUSED_ENV_VARS=n "$run" ucx_perftest -p "$port" -x "$tl" -d "$dev:1" > "$tmp/s" 2>&1 &
-    local server=$!
-    wait_listen "$port"
-    UCX_WARN_UNUSED_ENV_VARS=n "$run" valgrind --tool=callgrind --callgrind-out-file="$tmp/cg" \
-        --toggle-collect="$func" ucx_perftest 127.0.0.1 -p "$port" -x "$tl" -d "$dev:1" \
-        -t "$test" -s 8 -D short -n "$iters" -w 0 > "$tmp/c" 2>&1
-    local rc=$?
-    wait "$server"
-    [ "$rc" = 0 ] || { tail -n 5 "$tmp/c" >&2; return 1; }
-    awk -v n="$iters" '/^summary:/ { printf "%.0f\n", $2 / n }' "$tmp/cg"
-}
-if command -v valgrind > /dev/null; then
-    for t in "put_lat put_short" "am_lat am_short"; do
-        set -- $t
-        x=$(instr xqp "$1" "xqp::ep::ep_$2*") || x="?"
-        r=$(instr rc_verbs "$1" "uct_rc_verbs_ep_$2") || r="?"
-        echo "bench: instructions per $2 (callgrind, inclusive): xqp $x, rc_verbs $r"
-        printf 'instructions per %s\t%s\t%s\t-\t-\t-\t-\t-\t-\t-\n' "$2" "$x" "$r" >> "$out/datapath.tsv"
-    done
-fi
 exit 0
