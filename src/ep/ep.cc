@@ -54,6 +54,13 @@ Endpoint::~Endpoint()
     if (deferring()) {
         fail_deferred(UCS_ERR_CANCELED); /* never on the wire */
     }
+    if ((unsignaled() > 0) && (outstanding() > 0) && (state() == State::Connected) &&
+        !has_tx_resources()) {
+        /* the marker below needs a send queue slot, a TxOp and a credit:
+         * signaled requests in flight (this endpoint's, or near the
+         * interface's bound anybody's) return them */
+        iface_->reap_until([this] { return has_tx_resources() || (state() != State::Connected); });
+    }
     {
         iface::WireupGuard guard(*iface_);
         destroying_ = true;

@@ -1089,18 +1089,9 @@ void Iface::remove_ep(ep::Endpoint *ep)
 void Iface::drain(ep::Endpoint *ep)
 {
     /* bounded: a QP in the error state flushes every request quickly */
-    const ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(5.0);
-    ibv_wc wcs[16];
-    while ((ep->outstanding() > 0) && ep->qp_completes()) {
-        const int n = ibv_poll_cq(send_cq_.get(), 16, wcs);
-        for (int i = 0; i < n; ++i) {
-            handle_send_completion(wcs[i], ep);
-        }
-        if ((n <= 0) && (ucs_get_time() > deadline)) {
-            ucs_warn("xqp: %s: %u requests of ep %p did not complete", resource_name_.c_str(),
-                     ep->outstanding(), ep);
-            break;
-        }
+    if (!reap_until([ep] { return (ep->outstanding() == 0) || !ep->qp_completes(); }, ep)) {
+        ucs_warn("xqp: %s: %u requests of ep %p did not complete", resource_name_.c_str(),
+                 ep->outstanding(), ep);
     }
     /* completions still queued for it (none expected) must not find it */
     for (auto &op : ops_) {

@@ -194,6 +194,22 @@ public:
     void finish_op(TxOp *op, ucs_status_t status);
     /* polls the send CQ until ep has no work request in flight (or timeout) */
     void drain(ep::Endpoint *ep);
+    /* polls the send CQ until done() holds, 5 s at most; false on timeout */
+    template <typename Done> bool reap_until(Done done, ep::Endpoint *draining = nullptr)
+    {
+        const ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(5.0);
+        ibv_wc wcs[16];
+        while (!done()) {
+            const int n = ibv_poll_cq(send_cq_.get(), 16, wcs);
+            for (int i = 0; i < n; ++i) {
+                handle_send_completion(wcs[i], draining);
+            }
+            if ((n <= 0) && (ucs_get_time() > deadline)) {
+                return false;
+            }
+        }
+        return true;
+    }
     void get_device_address(uint8_t *addr) const;
     void get_address(uint8_t *addr) const;
     bool is_reachable(const uint8_t *dev_addr, const uint8_t *iface_addr) const;

@@ -26,6 +26,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <thread>
 #include <utility>
 
 namespace {
@@ -1437,6 +1438,81 @@ TEST_F(Pending, ManyEndpointsFloodingOneReceiverKeepMoving)
         EXPECT_EQ(UCS_OK, b_->flush(e));
         uct_ep_destroy(e);
     }
+    uct_iface_close(tx);
+    uct_iface_close(rx);
+}
+
+/* An endpoint destroyed with unsignaled requests outstanding posts a
+ * signaled marker after them: requests that completed unsignaled report
+ * nothing, the marker reports them. When the interface's credits are all
+ * taken by another endpoint's requests in flight, the destroy reaps
+ * completions until it can post the marker. It used to go on without it
+ * and wait 5 s for completions that never came, with a warning ("requests
+ * of ep ... did not complete"): UCX's
+ * test_uct_pending.pending_ucs_ok_dc_arbiter_bug (2048 endpoints) failed on
+ * that warning. */
+TEST_F(Pending, DestroyWithoutCreditsStillReportsUnsignaledRequests)
+{
+    uct_iface_h tx = nullptr, rx = nullptr;
+    /* 64 requests in flight at most, one in 16 signaled */
+    ASSERT_EQ(UCS_OK, b_->open_iface_with(0, {{"RX_QUEUE_LEN", "64"}}, &tx));
+    ASSERT_EQ(UCS_OK, b_->open_iface(kRxHeadroom, nullptr, &rx));
+    static size_t received;
+    received = 0;
+    ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(
+                              rx, kAmId,
+                              [](void *, void *, size_t, unsigned) -> ucs_status_t {
+                                  ++received;
+                                  return UCS_OK;
+                              },
+                              nullptr, UCT_CB_FLAG_ASYNC));
+    uct_ep_h quiet = nullptr, busy = nullptr;
+    ASSERT_EQ(UCS_OK, b_->connect(tx, rx, &quiet));
+    ASSERT_EQ(UCS_OK, b_->connect(tx, rx, &busy));
+    const uint64_t payload = 0x1122334455667788ull;
+    for (int i = 0; i < 5; ++i) { /* unsignaled: fewer than 16 */
+        ASSERT_EQ(UCS_OK, uct_ep_am_short(quiet, kAmId, i, &payload, sizeof(payload)));
+    }
+    /* the other endpoint takes every credit left, with no progress between */
+    size_t flood = 0;
+    ucs_status_t st;
+    while (((st = uct_ep_am_short(busy, kAmId, flood, &payload, sizeof(payload))) == UCS_OK) &&
+           (flood < 1000)) {
+        ++flood;
+    }
+    ASSERT_EQ(UCS_ERR_NO_RESOURCE, st) << "after " << flood << " messages";
+    ASSERT_EQ(UCS_ERR_NO_RESOURCE, uct_ep_am_short(quiet, kAmId, 0, &payload, sizeof(payload)))
+            << "the quiet endpoint still has resources: the test tests nothing";
+    /* no progress here (it would reap the completions that return the
+     * credits): the wire completes the quiet endpoint's five requests,
+     * unsignaled, unreported */
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+
+    static std::vector<std::string> warnings;
+    warnings.clear();
+    ucs_log_push_handler([](const char *, unsigned, const char *, ucs_log_level_t level,
+                            const ucs_log_component_config_t *, const char *message,
+                            va_list ap) -> ucs_log_func_rc_t {
+        if (level <= UCS_LOG_LEVEL_WARN) {
+            char buf[512];
+            vsnprintf(buf, sizeof(buf), message, ap);
+            warnings.emplace_back(buf);
+        }
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    });
+    const auto start = Clock::now();
+    uct_ep_destroy(quiet);
+    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+    ucs_log_pop_handler();
+    for (const auto &w : warnings) {
+        ADD_FAILURE() << "logged while destroying: " << w;
+    }
+    /* the drain without a marker gave up after 5 s */
+    EXPECT_LT(took, 4.0) << "the destroy waited for completions that never come";
+    EXPECT_TRUE(b_->wait_for([&] { return received == flood + 5; }))
+            << received << " of " << flood + 5 << " messages arrived";
+    EXPECT_EQ(UCS_OK, b_->flush(busy));
+    uct_ep_destroy(busy);
     uct_iface_close(tx);
     uct_iface_close(rx);
 }
