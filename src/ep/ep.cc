@@ -13,6 +13,18 @@ namespace xqp::ep {
 
 static void set_rdma(ibv_send_wr &wr, ibv_wr_opcode opcode, uint64_t remote_addr, uct_rkey_t rkey);
 
+/* a request built on the stack: the fields every provider reads whatever
+ * the opcode (the opcode's own ones are set by the caller; zeroing all 128
+ * bytes cost more than the rest of the setup) */
+static inline void init_wr(ibv_send_wr &wr, ibv_sge *sg_list, int num_sge)
+{
+    wr.next       = nullptr;
+    wr.sg_list    = sg_list;
+    wr.num_sge    = num_sge;
+    wr.send_flags = 0;
+    wr.imm_data   = 0;
+}
+
 static ucs_queue_elem_t *pending_elem(uct_pending_req_t *req)
 {
     static_assert(sizeof(ucs_queue_elem_t) <= UCT_PENDING_REQ_PRIV_LEN, "fits in priv");
@@ -485,8 +497,9 @@ static size_t iov_bytes(const uct_iov_t *iov, size_t iovcnt)
 }
 
 /* scatter/gather entries of an iov of registered memory */
-static ucs_status_t iov_to_sge(const uct_iov_t *iov, size_t iovcnt, ibv_sge *sge,
-                               size_t max_sge, int *num_sge, size_t *total)
+static UCS_F_ALWAYS_INLINE ucs_status_t iov_to_sge(const uct_iov_t *iov, size_t iovcnt,
+                                                   ibv_sge *sge, size_t max_sge, int *num_sge,
+                                                   size_t *total)
 {
     *num_sge = 0;
     *total   = 0;
@@ -572,7 +585,8 @@ ssize_t Endpoint::bcopy(uct_pack_callback_t pack_cb, void *arg, ibv_send_wr *wr)
 ssize_t Endpoint::put_bcopy(uct_pack_callback_t pack_cb, void *arg, uint64_t remote_addr,
                             uct_rkey_t rkey)
 {
-    ibv_send_wr wr = {};
+    ibv_send_wr wr;
+    init_wr(wr, nullptr, 0);
     set_rdma(wr, IBV_WR_RDMA_WRITE, remote_addr, rkey);
     return bcopy(pack_cb, arg, &wr);
 }
@@ -595,9 +609,8 @@ ucs_status_t Endpoint::rdma_zcopy(ibv_wr_opcode opcode, const uct_iov_t *iov, si
     }
     iface::TxOp *op = iface_->get_op();
     op->comp        = comp;
-    ibv_send_wr wr  = {};
-    wr.sg_list      = sge;
-    wr.num_sge      = num_sge;
+    ibv_send_wr wr;
+    init_wr(wr, sge, num_sge);
     set_rdma(wr, opcode, remote_addr, rkey);
     status = post(&wr, op);
     return (status == UCS_OK) ? UCS_INPROGRESS : status;
@@ -633,9 +646,8 @@ ucs_status_t Endpoint::get_bcopy(uct_unpack_callback_t unpack_cb, void *arg, siz
     op->length      = static_cast<uint32_t>(length);
     ibv_sge sge     = {reinterpret_cast<uintptr_t>(buf), static_cast<uint32_t>(length),
                        iface_->tx_pool().lkey()};
-    ibv_send_wr wr  = {};
-    wr.sg_list      = &sge;
-    wr.num_sge      = 1;
+    ibv_send_wr wr;
+    init_wr(wr, &sge, 1);
     set_rdma(wr, IBV_WR_RDMA_READ, remote_addr, rkey);
     status = post(&wr, op);
     return (status == UCS_OK) ? UCS_INPROGRESS : status;
@@ -749,9 +761,8 @@ ucs_status_t Endpoint::am_short_iov(uint8_t id, const uct_iov_t *iov, size_t iov
     if (total > max_inline_) {
         return UCS_ERR_INVALID_PARAM;
     }
-    ibv_send_wr wr = {};
-    wr.sg_list     = sge;
-    wr.num_sge     = num_sge;
+    ibv_send_wr wr;
+    init_wr(wr, sge, num_sge);
     wr.send_flags  = IBV_SEND_INLINE;
     set_send(wr, id);
     return post(&wr, nullptr);
@@ -760,7 +771,8 @@ ucs_status_t Endpoint::am_short_iov(uint8_t id, const uct_iov_t *iov, size_t iov
 ssize_t Endpoint::am_bcopy(uint8_t id, uct_pack_callback_t pack_cb, void *arg)
 {
     UCT_CHECK_AM_ID(id);
-    ibv_send_wr wr = {};
+    ibv_send_wr wr;
+    init_wr(wr, nullptr, 0);
     set_send(wr, id);
     return bcopy(pack_cb, arg, &wr);
 }
@@ -789,7 +801,8 @@ ucs_status_t Endpoint::am_zcopy(uint8_t id, const void *header, unsigned header_
     }
     iface::TxOp *op = iface_->get_op();
     op->comp        = comp;
-    ibv_send_wr wr  = {};
+    ibv_send_wr wr;
+    init_wr(wr, nullptr, 0);
     if (header_length > 0) {
         uint8_t *buf = iface_->tx_pool().get();
         if (ucs_unlikely(buf == nullptr)) {
@@ -831,9 +844,8 @@ ucs_status_t Endpoint::atomic64(ibv_wr_opcode opcode, uint64_t compare_add, uint
     op->result      = result;
     op->kind        = (result != nullptr) ? iface::TxOp::Kind::Fetch64 : iface::TxOp::Kind::Plain;
     ibv_sge sge     = {reinterpret_cast<uintptr_t>(buf), sizeof(uint64_t), iface_->tx_pool().lkey()};
-    ibv_send_wr wr  = {};
-    wr.sg_list      = &sge;
-    wr.num_sge      = 1;
+    ibv_send_wr wr;
+    init_wr(wr, &sge, 1);
     wr.opcode       = opcode;
     wr.wr.atomic.remote_addr = remote_addr;
     wr.wr.atomic.compare_add = compare_add;

@@ -496,9 +496,11 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     recv_desc_.super.cb = release_desc;
     recv_desc_.iface    = this;
     rx_queue_len_       = config.rx_queue_len;
+    rx_batch_len_       = std::clamp(config.rx_queue_len / 8, 1u, kRxBatchMax);
     for (size_t i = 0; i < rx_queue_len_; ++i) {
         post_rx(rx_pool_->get());
     }
+    post_rx_batch();
 
     wireup::QpShape shape;
     shape.pd              = md->pd();
@@ -800,30 +802,52 @@ uint8_t *Iface::rx_data(uint8_t *buf) const
 
 void Iface::post_rx(uint8_t *buf)
 {
-    if (rx_posted_ >= rx_queue_len_) {
+    if (rx_posted_ + rx_batched_ >= rx_queue_len_) {
         rx_pool_->put(buf); /* the queue is full: a spare for later */
         return;
     }
-    /* uct_iface_release_desc finds the release descriptor just before the
-     * descriptor (payload - headroom) */
-    *reinterpret_cast<uct_recv_desc_t **>(rx_data(buf) - rx_headroom_ - sizeof(void *)) =
-            &recv_desc_.super;
-    ibv_sge sge          = {};
-    sge.addr             = reinterpret_cast<uintptr_t>(rx_data(buf));
-    sge.length           = static_cast<uint32_t>(seg_size_);
-    sge.lkey             = rx_pool_->lkey(buf);
-    ibv_recv_wr wr       = {};
-    wr.wr_id             = reinterpret_cast<uintptr_t>(buf);
-    wr.sg_list           = &sge;
-    wr.num_sge           = 1;
-    ibv_recv_wr *bad     = nullptr;
-    const int ret        = ibv_post_srq_recv(srq_.get(), &wr, &bad);
-    if (ret != 0) {
-        ucs_error("xqp: %s: ibv_post_srq_recv: %s", resource_name_.c_str(), strerror(ret));
-        rx_pool_->put(buf);
+    rx_batch_[rx_batched_++] = buf;
+    if (rx_batched_ >= rx_batch_len_) {
+        post_rx_batch();
+    }
+}
+
+void Iface::post_rx_batch()
+{
+    const unsigned n = rx_batched_;
+    if (n == 0) {
         return;
     }
-    ++rx_posted_;
+    ibv_sge sge[kRxBatchMax];
+    ibv_recv_wr wr[kRxBatchMax];
+    for (unsigned i = 0; i < n; ++i) {
+        uint8_t *buf = rx_batch_[i];
+        /* uct_iface_release_desc finds the release descriptor just before
+         * the descriptor (payload - headroom) */
+        *reinterpret_cast<uct_recv_desc_t **>(rx_data(buf) - rx_headroom_ - sizeof(void *)) =
+                &recv_desc_.super;
+        sge[i].addr    = reinterpret_cast<uintptr_t>(rx_data(buf));
+        sge[i].length  = static_cast<uint32_t>(seg_size_);
+        sge[i].lkey    = rx_pool_->lkey(buf);
+        wr[i].wr_id    = reinterpret_cast<uintptr_t>(buf);
+        wr[i].next     = (i + 1 < n) ? &wr[i + 1] : nullptr;
+        wr[i].sg_list  = &sge[i];
+        wr[i].num_sge  = 1;
+    }
+    rx_batched_      = 0;
+    ibv_recv_wr *bad = nullptr;
+    const int ret    = ibv_post_srq_recv(srq_.get(), wr, &bad);
+    if (ret != 0) {
+        ucs_error("xqp: %s: ibv_post_srq_recv: %s", resource_name_.c_str(), strerror(ret));
+        /* those before bad are posted; bad and those after it are not */
+        const unsigned first = (bad != nullptr) ? static_cast<unsigned>(bad - wr) : 0;
+        for (unsigned i = first; i < n; ++i) {
+            rx_pool_->put(rx_batch_[i]);
+        }
+        rx_posted_ += first;
+        return;
+    }
+    rx_posted_ += n;
 }
 
 void Iface::replace_kept_rx()
@@ -894,6 +918,12 @@ ep::Endpoint *Iface::ep_of_qp(uint32_t qp_num) const
 }
 
 void Iface::handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining)
+{
+    handle_send_completion_inl(wc, draining);
+}
+
+UCS_F_ALWAYS_INLINE void Iface::handle_send_completion_inl(const ibv_wc &wc,
+                                                           ep::Endpoint *draining)
 {
     ucs_status_t status = UCS_OK;
     if (wc.status != IBV_WC_SUCCESS) {
@@ -977,6 +1007,22 @@ unsigned Iface::progress_ready()
     return count;
 }
 
+unsigned Iface::handle_recv_completions(const ibv_wc *wcs, int n)
+{
+    for (int i = 0; i < n; ++i) {
+        handle_recv_completion(wcs[i]);
+    }
+    return static_cast<unsigned>(n);
+}
+
+unsigned Iface::handle_send_completions(const ibv_wc *wcs, int n)
+{
+    for (int i = 0; i < n; ++i) {
+        handle_send_completion_inl(wcs[i], nullptr);
+    }
+    return static_cast<unsigned>(n);
+}
+
 unsigned Iface::progress()
 {
     unsigned count = 0;
@@ -990,17 +1036,11 @@ unsigned Iface::progress()
     /* receives first: in a ping-pong the answer is what the caller waits for */
     int n = ibv_poll_cq(recv_cq_.get(), 16, wcs);
     if (n > 0) {
-        for (int i = 0; i < n; ++i) {
-            handle_recv_completion(wcs[i]);
-        }
-        count += n;
+        count += handle_recv_completions(wcs, n);
     }
     n = ibv_poll_cq(send_cq_.get(), 16, wcs);
     if (n > 0) {
-        for (int i = 0; i < n; ++i) {
-            handle_send_completion(wcs[i]);
-        }
-        count += n;
+        count += handle_send_completions(wcs, n);
     }
 
     if (ucs_unlikely(tx_returned_)) {

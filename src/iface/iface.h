@@ -137,8 +137,12 @@ public:
     {
         TxOp *op = free_ops_;
         if (op != nullptr) {
+            /* what finish_op reads for every kind (ep and sn are set when
+             * the request is posted; the other fields only by their kind) */
             free_ops_ = op->next_free;
-            *op       = TxOp{};
+            op->comp  = nullptr;
+            op->buf   = nullptr;
+            op->kind  = TxOp::Kind::Plain;
         }
         return op;
     }
@@ -235,6 +239,8 @@ private:
 
     /* draining: the endpoint being destroyed (no longer in eps_) */
     void handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining = nullptr);
+    /* its body, inlined into progress's loop */
+    inline void handle_send_completion_inl(const ibv_wc &wc, ep::Endpoint *draining);
     ep::Endpoint *ep_of_qp(uint32_t qp_num) const;
     void handle_recv_completion(const ibv_wc &wc);
     /* the receive buffers' layout from the AM alignment parameters; throws
@@ -243,6 +249,8 @@ private:
     uint8_t *rx_data(uint8_t *buf) const;
     /* into the shared receive queue, or back to the pool when it is full */
     void post_rx(uint8_t *buf);
+    /* posts the gathered buffers */
+    void post_rx_batch();
     /* a descriptor was kept: another buffer (the pool grows) takes its place */
     void replace_kept_rx();
     static void release_desc(uct_recv_desc_t *self, void *desc);
@@ -256,6 +264,10 @@ private:
     /* the rare parts of progress(): completions event_arm stashed, and
      * endpoints whose pending requests may run (ready_) */
     unsigned progress_stash();
+    /* the completions progress() polled, out of line: the call that finds
+     * nothing then keeps fewer registers */
+    UCS_F_NOINLINE unsigned handle_recv_completions(const ibv_wc *wcs, int n);
+    UCS_F_NOINLINE unsigned handle_send_completions(const ibv_wc *wcs, int n);
     unsigned progress_ready();
     void record_passive(wireup::Connection &conn);
     /* RDMA_CM_EVENT_DEVICE_REMOVAL on the listener (wireup lock held) */
@@ -299,6 +311,14 @@ private:
      * growing as needed, as UCX's receive pools do */
     size_t              rx_posted_    = 0;
     size_t              rx_queue_len_ = 0;
+    /* buffers to post, gathered so that one ibv_post_srq_recv posts
+     * rx_batch_len_ of them (the queue holds at least rx_queue_len_ -
+     * rx_batch_len_ + 1 meanwhile); one post per message cost more than the
+     * rest of the receive */
+    static constexpr unsigned kRxBatchMax = 16;
+    unsigned            rx_batch_len_ = 1;
+    unsigned            rx_batched_   = 0;
+    uint8_t            *rx_batch_[kRxBatchMax] = {};
     /* after the pools: destroyed first, with receive buffers still posted */
     verbs::Srq          srq_;
     std::vector<TxOp>   ops_;
