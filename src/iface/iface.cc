@@ -24,146 +24,6 @@
 
 namespace xqp::iface {
 
-/* indexed by wireup::EceMode */
-static const char *ece_mode_names[] = {"off", "auto", "on", NULL};
-static_assert(static_cast<int>(wireup::EceMode::On) == 2, "ece_mode_names follows EceMode");
-
-ucs_config_field_t config_table[] = {
-    {"", "", NULL, ucs_offsetof(Config, super), UCS_CONFIG_TYPE_TABLE(uct_iface_config_table)},
-
-    {"ECE", "auto",
-     "Negotiate ECE (Enhanced Connection Establishment) options with the peer\n"
-     "through rdma_cm while connecting:\n"
-     " off  - never query, set or send ECE\n"
-     " auto - use the options both sides and both providers support; fall back\n"
-     "        to no ECE when a provider lacks it or the peer sends none\n"
-     " on   - like auto, but the options in UCX_XQP_ECE_REQUIRED must be agreed:\n"
-     "        otherwise the passive side rejects (rdma_reject_ece) and the\n"
-     "        active side fails with an error naming the missing options",
-     ucs_offsetof(Config, ece_mode), UCS_CONFIG_TYPE_ENUM(ece_mode_names)},
-
-    {"ECE_REQUIRED", "0",
-     "ECE option bits (a 32-bit mask, e.g. 0x1) that must be agreed with UCX_XQP_ECE=on.",
-     ucs_offsetof(Config, ece_required), UCS_CONFIG_TYPE_STRING},
-
-    {"ECE_DESIRED", "0xffffffff",
-     "ECE option bits (a 32-bit mask) offered to and accepted from the peer when\n"
-     "both providers support them.",
-     ucs_offsetof(Config, ece_desired), UCS_CONFIG_TYPE_STRING},
-
-    {"ECE_LOCAL", "auto",
-     "The local ECE to advertise: 'auto' asks the provider (ibv_query_ece);\n"
-     "VENDOR:OPTIONS (e.g. 0x15b3:0x1) advertises these instead, for\n"
-     "interoperability tests and providers that cannot report ECE.",
-     ucs_offsetof(Config, ece_local), UCS_CONFIG_TYPE_STRING},
-
-    {"ADDR_RESOLVE_TIMEOUT", "2s",
-     "How long rdma_resolve_addr may take for one connection attempt.",
-     ucs_offsetof(Config, addr_resolve_timeout), UCS_CONFIG_TYPE_TIME},
-
-    {"ROUTE_RESOLVE_TIMEOUT", "2s",
-     "How long rdma_resolve_route may take for one connection attempt.",
-     ucs_offsetof(Config, route_resolve_timeout), UCS_CONFIG_TYPE_TIME},
-
-    {"CONNECT_TIMEOUT", "10s",
-     "How long one connection attempt (address and route resolution, then\n"
-     "the CM exchange) may take before it is abandoned and retried; a peer\n"
-     "that never answers is reported after (retries + 1) times this.",
-     ucs_offsetof(Config, connect_timeout), UCS_CONFIG_TYPE_TIME},
-
-    {"CONNECT_RETRIES", "3",
-     "How many times a failed connection attempt is retried, each time with a\n"
-     "new rdma_cm id and QP. A reject because of ECE options is not retried.",
-     ucs_offsetof(Config, connect_retries), UCS_CONFIG_TYPE_UINT},
-
-    {"TX_QUEUE_LEN", "256",
-     "Send queue length of each data QP.",
-     ucs_offsetof(Config, tx_queue_len), UCS_CONFIG_TYPE_UINT},
-
-    {"RX_QUEUE_LEN", "1024",
-     "Receive buffers posted to the interface's shared receive queue. All\n"
-     "connections of the interface share them; a sender that finds none waits\n"
-     "(RNR retry) instead of losing the message.",
-     ucs_offsetof(Config, rx_queue_len), UCS_CONFIG_TYPE_UINT},
-
-    {"SEG_SIZE", "8k",
-     "Size of a bounce/receive buffer: the largest active message, and the\n"
-     "largest buffered put/get.",
-     ucs_offsetof(Config, seg_size), UCS_CONFIG_TYPE_MEMUNITS},
-
-    {"MAX_INLINE", "128",
-     "Largest payload sent inline in the work request (short put/AM).",
-     ucs_offsetof(Config, max_inline), UCS_CONFIG_TYPE_MEMUNITS},
-
-    {}
-};
-
-static Error config_error(const char *var, const std::string &value, const std::string &why)
-{
-    return Error(UCS_ERR_INVALID_PARAM,
-                 std::string("invalid UCX_XQP_") + var + "='" + value + "': " + why);
-}
-
-/* a 32-bit number, decimal or 0x-hex, nothing else */
-static bool parse_u32(const std::string &text, uint32_t *value)
-{
-    if (text.empty() || (text[0] == '-') || (text[0] == '+') || std::isspace(text[0])) {
-        return false;
-    }
-    errno     = 0;
-    char *end = nullptr;
-    const unsigned long long v = std::strtoull(text.c_str(), &end, 0);
-    if ((errno != 0) || (end == text.c_str()) || (*end != '\0') || (v > UINT32_MAX)) {
-        return false;
-    }
-    *value = static_cast<uint32_t>(v);
-    return true;
-}
-
-static uint32_t parse_mask(const char *var, const char *text)
-{
-    const std::string value = (text != nullptr) ? text : "";
-    uint32_t mask;
-    if (!parse_u32(value, &mask)) {
-        throw config_error(var, value, "expected a 32-bit option mask such as 0x1");
-    }
-    return mask;
-}
-
-wireup::EcePolicy ece_policy_from_config(const Config &config)
-{
-    wireup::EcePolicy policy;
-    policy.mode     = static_cast<wireup::EceMode>(config.ece_mode);
-    policy.required = parse_mask("ECE_REQUIRED", config.ece_required);
-    policy.desired  = parse_mask("ECE_DESIRED", config.ece_desired);
-
-    const std::string local = (config.ece_local != nullptr) ? config.ece_local : "";
-    if (local != "auto") {
-        const auto colon = local.find(':');
-        wireup::Ece ece;
-        if ((colon == std::string::npos) ||
-            !parse_u32(local.substr(0, colon), &ece.vendor_id) ||
-            !parse_u32(local.substr(colon + 1), &ece.options)) {
-            throw config_error("ECE_LOCAL", local,
-                               "expected 'auto' or VENDOR:OPTIONS such as 0x15b3:0x1");
-        }
-        if (ece.vendor_id == 0) {
-            throw config_error("ECE_LOCAL", local,
-                               "vendor 0 means no ECE (rdma_set_local_ece refuses it)");
-        }
-        policy.local_override = ece;
-    }
-    return policy;
-}
-
-static int to_timeout_ms(const char *var, double seconds)
-{
-    if (!(seconds > 0) || (seconds > INT_MAX / 1000.0)) {
-        throw config_error(var, std::to_string(seconds) + "s", "must be positive");
-    }
-    return std::max(1, static_cast<int>(seconds * 1000.0));
-}
-
 /* ------------------------------------------------------------------ ops */
 
 static void iface_close(uct_iface_h tl_iface)
@@ -375,20 +235,21 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     }
     port_num_ = port;
 
-    /* configuration: bad values are errors naming the variable */
-    wireup_config_.ece              = ece_policy_from_config(config);
-    wireup_config_.addr_timeout_ms  = to_timeout_ms("ADDR_RESOLVE_TIMEOUT",
-                                                    config.addr_resolve_timeout);
-    wireup_config_.route_timeout_ms = to_timeout_ms("ROUTE_RESOLVE_TIMEOUT",
-                                                    config.route_resolve_timeout);
-    wireup_config_.max_retries      = config.connect_retries;
-    wireup_config_.connect_timeout_s = to_timeout_ms("CONNECT_TIMEOUT", config.connect_timeout) / 1000.0;
-    std::random_device rd;
-    wireup_config_.iface_uuid  = (uint64_t(rd()) << 32) | rd();
-    wireup_config_.max_am_size = 1;
+    const ibv_device_attr dev_attr = query_device();
+    configure(config, dev_attr, params);
+    open_event_fds();
+    create_queues(config, dev_attr);
+    create_pools(config);
+    open_listener(device, port, config);
+    start(params, config);
+    ucs_debug("xqp: %s listening on %s", resource_name_.c_str(), to_string(listen_addr_).c_str());
+}
 
+/* the port's bandwidth; the device's limits */
+ibv_device_attr Iface::query_device()
+{
     ibv_port_attr port_attr = {};
-    int ret = ibv_query_port(md->context(), static_cast<uint8_t>(port), &port_attr);
+    int ret = ibv_query_port(md_->context(), static_cast<uint8_t>(port_num_), &port_attr);
     if (ret != 0) {
         throw Error(UCS_ERR_NO_DEVICE, errno_message("ibv_query_port(" + resource_name_ + ")", ret));
     }
@@ -401,14 +262,30 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     }
 
     ibv_device_attr dev_attr = {};
-    ret = ibv_query_device(md->context(), &dev_attr);
+    ret = ibv_query_device(md_->context(), &dev_attr);
     if (ret != 0) {
         throw Error(UCS_ERR_NO_DEVICE, errno_message("ibv_query_device", ret));
     }
+    return dev_attr;
+}
+
+/* the options, checked: bad values are errors naming the variable */
+void Iface::configure(const Config &config, const ibv_device_attr &dev_attr,
+                      const uct_iface_params_t *params)
+{
+    wireup_config_.ece              = ece_policy_from_config(config);
+    wireup_config_.addr_timeout_ms  = to_timeout_ms("ADDR_RESOLVE_TIMEOUT",
+                                                    config.addr_resolve_timeout);
+    wireup_config_.route_timeout_ms = to_timeout_ms("ROUTE_RESOLVE_TIMEOUT",
+                                                    config.route_resolve_timeout);
+    wireup_config_.max_retries      = config.connect_retries;
+    wireup_config_.connect_timeout_s = to_timeout_ms("CONNECT_TIMEOUT", config.connect_timeout) / 1000.0;
+    std::random_device rd;
+    wireup_config_.iface_uuid  = (uint64_t(rd()) << 32) | rd();
+    wireup_config_.max_am_size = 1;
     wireup_config_.responder_resources = static_cast<uint8_t>(std::min(dev_attr.max_qp_rd_atom, 16));
     wireup_config_.initiator_depth     = static_cast<uint8_t>(std::min(dev_attr.max_qp_init_rd_atom, 16));
 
-    /* data path resources */
     if ((config.tx_queue_len == 0) || (config.tx_queue_len > 16384)) {
         throw config_error("TX_QUEUE_LEN", std::to_string(config.tx_queue_len), "must be 1..16384");
     }
@@ -430,8 +307,13 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     max_send_sge_  = static_cast<uint32_t>(std::min(dev_attr.max_sge, 8));
     rx_headroom_   = (params->field_mask & UCT_IFACE_PARAM_FIELD_RX_HEADROOM) ? params->rx_headroom : 0;
     rx_layout(params);
+}
 
-    comp_channel_.reset(ibv_create_comp_channel(md->context()));
+/* the completion channel, the wakeup eventfd and the epoll set that
+ * uct_iface_event_fd_get hands out */
+void Iface::open_event_fds()
+{
+    comp_channel_.reset(ibv_create_comp_channel(md_->context()));
     if (!comp_channel_) {
         throw_errno("ibv_create_comp_channel(" + resource_name_ + ")", errno);
     }
@@ -455,11 +337,16 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
             throw_errno("epoll_ctl(ADD)", errno);
         }
     }
+}
+
+/* the CQs, the TxOps and the shared receive queue */
+void Iface::create_queues(const Config &config, const ibv_device_attr &dev_attr)
+{
     /* every signaled send takes a TxOp, so the send CQ cannot overflow */
     const int send_cq_len = std::min(dev_attr.max_cqe, 4096);
     const int recv_cq_len = std::min(dev_attr.max_cqe, static_cast<int>(config.rx_queue_len));
-    send_cq_.reset(ibv_create_cq(md->context(), send_cq_len, nullptr, comp_channel_.get(), 0));
-    recv_cq_.reset(ibv_create_cq(md->context(), recv_cq_len, nullptr, comp_channel_.get(), 0));
+    send_cq_.reset(ibv_create_cq(md_->context(), send_cq_len, nullptr, comp_channel_.get(), 0));
+    recv_cq_.reset(ibv_create_cq(md_->context(), recv_cq_len, nullptr, comp_channel_.get(), 0));
     if (!send_cq_ || !recv_cq_) {
         throw_errno("ibv_create_cq(" + resource_name_ + ")", errno);
     }
@@ -478,17 +365,21 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     ibv_srq_init_attr srq_attr = {};
     srq_attr.attr.max_wr       = config.rx_queue_len;
     srq_attr.attr.max_sge      = 1;
-    srq_.reset(ibv_create_srq(md->pd(), &srq_attr));
+    srq_.reset(ibv_create_srq(md_->pd(), &srq_attr));
     if (!srq_) {
         throw_errno("ibv_create_srq(" + resource_name_ + ")", errno);
     }
+}
 
-    const auto &nodes = md->locality().whole_machine ? std::vector<unsigned>{} :
-                                                       md->locality().numa_nodes;
-    tx_pool_ = std::make_unique<BufferPool>(md->pd(), config.tx_queue_len * 2, seg_size_, nodes,
+/* bounce and receive buffers near the device; the receive queue filled */
+void Iface::create_pools(const Config &config)
+{
+    const auto &nodes = md_->locality().whole_machine ? std::vector<unsigned>{} :
+                                                       md_->locality().numa_nodes;
+    tx_pool_ = std::make_unique<BufferPool>(md_->pd(), config.tx_queue_len * 2, seg_size_, nodes,
                                             "bounce buffers");
     /* receive buffer: [pad][release descriptor pointer][rx headroom][payload] */
-    rx_pool_ = std::make_unique<BufferPool>(md->pd(), config.rx_queue_len,
+    rx_pool_ = std::make_unique<BufferPool>(md_->pd(), config.rx_queue_len,
                                             rx_data_offset_ + seg_size_, nodes, "receive buffers",
                                             rx_align_);
     ucs_debug("xqp: %s buffers: bounce %s, receive %s", resource_name_.c_str(),
@@ -501,16 +392,21 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
         post_rx(rx_pool_->get());
     }
     post_rx_batch();
+}
 
+/* the data QPs' shape (and the inline size the provider really grants),
+ * and the rdma_cm listener on the port's address */
+void Iface::open_listener(const std::string &device, unsigned port, const Config &config)
+{
     wireup::QpShape shape;
-    shape.pd              = md->pd();
+    shape.pd              = md_->pd();
     shape.send_cq         = send_cq_.get();
     shape.recv_cq         = recv_cq_.get();
     shape.srq             = srq_.get();
     shape.max_send_wr     = config.tx_queue_len;
     shape.max_send_sge    = max_send_sge_;
     shape.max_inline_data = static_cast<uint32_t>(std::min<size_t>(config.max_inline, 1024));
-    max_inline_           = probe_max_inline(md->pd(), shape);
+    max_inline_           = probe_max_inline(md_->pd(), shape);
 
     /* the listener */
     channel_.reset(rdma_create_event_channel());
@@ -533,9 +429,9 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     if (rdma_bind_addr(listener_.get(), reinterpret_cast<sockaddr *>(&listen_addr_)) != 0) {
         throw_errno("rdma_bind_addr(" + to_string(listen_addr_) + ")", errno);
     }
-    if ((listener_->verbs == nullptr) || (listener_->verbs != md->context())) {
+    if ((listener_->verbs == nullptr) || (listener_->verbs != md_->context())) {
         throw Error(UCS_ERR_NO_DEVICE, to_string(listen_addr_) + " is not served by " +
-                                       md->device_name());
+                                       md_->device_name());
     }
     if (rdma_listen(listener_.get(), 1024) != 0) {
         throw_errno("rdma_listen", errno);
@@ -546,12 +442,17 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
     } else {
         reinterpret_cast<sockaddr_in6 *>(&listen_addr_)->sin6_port = listen_port;
     }
+}
 
+/* the UCT base interface, then the async handlers: rdma_cm events and the
+ * connection timer */
+void Iface::start(const uct_iface_params_t *params, const Config &config)
+{
     handle_.owner = this;
     auto *internal_ops  = compat::iface_internal_ops<iface_is_reachable, iface_is_same_device,
                                                      ep::ep_is_connected>();
     ucs_status_t status = UCS_CLASS_INIT(uct_base_iface_t, &handle_.super, &iface_ops,
-                                         internal_ops, md->handle(), worker, params, &config.super
+                                         internal_ops, md_->handle(), worker_, params, &config.super
                                          XQP_UCX_IFACE_STATS_ARGS(params, resource_name_.c_str()));
     if (status != UCS_OK) {
         throw Error(status, "cannot initialize the base interface");
@@ -576,7 +477,6 @@ Iface::Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t
         UCS_CLASS_CLEANUP(uct_base_iface_t, &handle_.super);
         throw Error(status, "cannot add the connection timer");
     }
-    ucs_debug("xqp: %s listening on %s", resource_name_.c_str(), to_string(listen_addr_).c_str());
 }
 
 Iface::~Iface()
@@ -596,620 +496,6 @@ Iface::~Iface()
     /* every QP using the SRQ is gone with the passive connections and eps;
      * the SRQ, pools and CQs go with the members */
     UCS_CLASS_CLEANUP(uct_base_iface_t, &handle_.super);
-}
-
-/* ------------------------------------------------------------------ rdma_cm events */
-
-void Iface::cm_event_handler(int, ucs_event_set_types_t, void *arg)
-{
-    auto *iface = static_cast<Iface *>(arg);
-    WireupGuard guard(*iface);
-    iface->progress_cm_events();
-}
-
-void Iface::timer_handler(int, ucs_event_set_types_t, void *arg)
-{
-    /* on the async thread, like the rdma_cm events */
-    auto *iface      = static_cast<Iface *>(arg);
-    WireupGuard guard(*iface);
-    const double now = ucs_time_to_sec(ucs_get_time());
-    for (auto *ep : iface->eps_) {
-        ep->check_timeout(now);
-    }
-}
-
-void Iface::progress_cm_events()
-{
-    /* runs with the wireup lock held */
-    rdma_cm_event *raw = nullptr;
-    while (rdma_get_cm_event(channel_.get(), &raw) == 0) {
-        wireup::CmEvent event;
-        event.type   = raw->event;
-        event.status = raw->status;
-        event.id     = raw->id;
-        if ((raw->param.conn.private_data != nullptr) && (raw->param.conn.private_data_len > 0)) {
-            const auto *data = static_cast<const uint8_t *>(raw->param.conn.private_data);
-            event.private_data.assign(data, data + raw->param.conn.private_data_len);
-        }
-        const bool for_listener = listener_ && ((raw->listen_id == listener_.get()) ||
-                                                (raw->id == listener_.get()));
-        rdma_ack_cm_event(raw);
-
-        try {
-            if (event.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-                auto conn = std::make_unique<wireup::Connection>(*cm_, ece_provider_,
-                                                                 wireup_config_, *this, 0);
-                auto *c   = conn.get();
-                passive_slots_.push_back(c);
-                passive_infos_.push_back(xqp_wireup_info_t{});
-                passive_.push_back(std::move(conn));
-                c->accept_request(event);
-                record_passive(*c);
-            } else if (for_listener) {
-                ucs_debug("xqp: %s listener: %s", resource_name_.c_str(),
-                          rdma_event_str(event.type));
-                if (event.type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
-                    on_device_removal();
-                }
-            } else if (event.id->context != nullptr) {
-                auto *conn = static_cast<wireup::Connection *>(event.id->context);
-                conn->on_event(event);
-                if (!conn->active()) {
-                    record_passive(*conn);
-                }
-            }
-        } catch (const std::exception &e) {
-            ucs_error("xqp: %s: handling %s: %s", resource_name_.c_str(),
-                      rdma_event_str(event.type), e.what());
-        }
-
-        /* passive connections that ended are destroyed here, never inside
-         * their own callbacks */
-        for (auto it = passive_.begin(); it != passive_.end();) {
-            const auto state = (*it)->state();
-            if ((state == wireup::ConnState::Failed) || (state == wireup::ConnState::Closed)) {
-                for (auto &slot : passive_slots_) {
-                    if (slot == it->get()) {
-                        slot = nullptr;
-                    }
-                }
-                it = passive_.erase(it);
-            } else {
-                ++it;
-            }
-        }
-    }
-    if ((errno != EAGAIN) && (errno != EWOULDBLOCK)) {
-        ucs_error("xqp: %s: rdma_get_cm_event: %s", resource_name_.c_str(), strerror(errno));
-    }
-}
-
-void Iface::on_device_removal()
-{
-    /* rdma_cm(7): every cm_id on the device must go, and everything else
-     * the process holds on it, before the kernel can finish the removal.
-     * The listener goes now (no connection is accepted any more); the
-     * connections fail with their own DEVICE_REMOVAL, and the rest goes
-     * when the application closes the interface and the memory domain. */
-    listener_.reset();
-    ucs_error("xqp: %s: rdma device removed", resource_name_.c_str());
-}
-
-void fill_wireup_info(const wireup::Connection &conn, xqp_wireup_info_t *info)
-{
-    std::memset(info, 0, sizeof(*info));
-    static_assert(int(wireup::ConnState::Closed) == XQP_CONN_CLOSED, "states match");
-    info->state         = static_cast<int>(conn.state());
-    info->attempts      = conn.attempts();
-    info->status        = conn.status();
-    info->reject_reason = conn.reject_reason();
-    const auto &ece     = conn.ece_result();
-    info->ece_sent      = {ece.sent.vendor_id, ece.sent.options};
-    info->ece_received  = {ece.received.vendor_id, ece.received.options};
-    info->ece_agreed    = {ece.agreed.vendor_id, ece.agreed.options};
-    info->ece_applied   = ece.applied;
-    info->ece_set_err   = ece.set_err;
-    info->qp_num        = (conn.qp() != nullptr) ? conn.qp()->qp_num : 0;
-    ucs_strncpy_zero(info->error, conn.error().c_str(), sizeof(info->error));
-}
-
-void Iface::record_passive(wireup::Connection &conn)
-{
-    for (size_t i = 0; i < passive_slots_.size(); ++i) {
-        if (passive_slots_[i] == &conn) {
-            const uint32_t qp_num = passive_infos_[i].qp_num;
-            fill_wireup_info(conn, &passive_infos_[i]);
-            if (passive_infos_[i].qp_num == 0) {
-                passive_infos_[i].qp_num = qp_num; /* keep it after teardown */
-            }
-        }
-    }
-}
-
-void Iface::on_established(wireup::Connection &conn)
-{
-    record_passive(conn);
-}
-
-void Iface::on_failed(wireup::Connection &conn)
-{
-    record_passive(conn);
-    ucs_debug("xqp: %s: passive connection failed: %s", resource_name_.c_str(),
-              conn.error().c_str());
-}
-
-void Iface::on_closed(wireup::Connection &conn)
-{
-    record_passive(conn);
-}
-
-void Iface::on_log(wireup::Connection &, const std::string &line)
-{
-    ucs_debug("xqp: %s: %s", resource_name_.c_str(), line.c_str());
-}
-
-int Iface::passive_count() const
-{
-    return static_cast<int>(passive_infos_.size());
-}
-
-int Iface::passive_info(unsigned index, xqp_wireup_info_t *info) const
-{
-    if (index >= passive_infos_.size()) {
-        return -ENOENT;
-    }
-    *info = passive_infos_[index];
-    return 0;
-}
-
-/* ------------------------------------------------------------------ data path */
-
-void Iface::rx_layout(const uct_iface_params_t *params)
-{
-    /* UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT: received payloads start where
-     * (data + align_offset) is a multiple of the alignment (uct.h); without
-     * it, at a cache line (before the parameters were honoured, payloads
-     * started 8 + headroom bytes after one) */
-    const bool align_set  = params->field_mask & UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT;
-    const bool offset_set = params->field_mask & UCT_IFACE_PARAM_FIELD_AM_ALIGN_OFFSET;
-    size_t align_offset   = 0;
-    if (align_set) {
-        rx_align_ = params->am_alignment;
-        if ((rx_align_ == 0) || !ucs_is_pow2(rx_align_)) {
-            throw Error(UCS_ERR_INVALID_PARAM, "AM alignment " + std::to_string(rx_align_) +
-                                                       " is not a power of two");
-        }
-        if (offset_set) {
-            align_offset = params->am_align_offset % rx_align_;
-        }
-    } else if (offset_set) {
-        throw Error(UCS_ERR_INVALID_PARAM, "AM alignment offset " +
-                                                   std::to_string(params->am_align_offset) +
-                                                   " given without an AM alignment");
-    }
-    /* the smallest offset after descriptor pointer and headroom at which
-     * buffer + offset + align_offset is aligned (buffers start aligned) */
-    const size_t min_offset = sizeof(void *) + rx_headroom_;
-    /* rx_align_ is a power of two (checked above); plain arithmetic, as
-     * UCX's ucs_align_up_pow2 moved between headers (ptr_arith.h, 1.14) */
-    rx_data_offset_ = ((min_offset + align_offset + rx_align_ - 1) & ~(rx_align_ - 1)) - align_offset;
-}
-
-uint8_t *Iface::rx_data(uint8_t *buf) const
-{
-    return buf + rx_data_offset_;
-}
-
-void Iface::post_rx(uint8_t *buf)
-{
-    if (rx_posted_ + rx_batched_ >= rx_queue_len_) {
-        rx_pool_->put(buf); /* the queue is full: a spare for later */
-        return;
-    }
-    rx_batch_[rx_batched_++] = buf;
-    if (rx_batched_ >= rx_batch_len_) {
-        post_rx_batch();
-    }
-}
-
-void Iface::post_rx_batch()
-{
-    const unsigned n = rx_batched_;
-    if (n == 0) {
-        return;
-    }
-    ibv_sge sge[kRxBatchMax];
-    ibv_recv_wr wr[kRxBatchMax];
-    for (unsigned i = 0; i < n; ++i) {
-        uint8_t *buf = rx_batch_[i];
-        /* uct_iface_release_desc finds the release descriptor just before
-         * the descriptor (payload - headroom) */
-        *reinterpret_cast<uct_recv_desc_t **>(rx_data(buf) - rx_headroom_ - sizeof(void *)) =
-                &recv_desc_.super;
-        sge[i].addr    = reinterpret_cast<uintptr_t>(rx_data(buf));
-        sge[i].length  = static_cast<uint32_t>(seg_size_);
-        sge[i].lkey    = rx_pool_->lkey(buf);
-        wr[i].wr_id    = reinterpret_cast<uintptr_t>(buf);
-        wr[i].next     = (i + 1 < n) ? &wr[i + 1] : nullptr;
-        wr[i].sg_list  = &sge[i];
-        wr[i].num_sge  = 1;
-    }
-    rx_batched_      = 0;
-    ibv_recv_wr *bad = nullptr;
-    const int ret    = ibv_post_srq_recv(srq_.get(), wr, &bad);
-    if (ret != 0) {
-        ucs_error("xqp: %s: ibv_post_srq_recv: %s", resource_name_.c_str(), strerror(ret));
-        /* those before bad are posted; bad and those after it are not */
-        const unsigned first = (bad != nullptr) ? static_cast<unsigned>(bad - wr) : 0;
-        for (unsigned i = first; i < n; ++i) {
-            rx_pool_->put(rx_batch_[i]);
-        }
-        rx_posted_ += first;
-        return;
-    }
-    rx_posted_ += n;
-}
-
-void Iface::replace_kept_rx()
-{
-    uint8_t *buf = rx_pool_->get();
-    if ((buf == nullptr) && rx_pool_->grow(std::max<size_t>(64, rx_queue_len_ / 4))) {
-        buf = rx_pool_->get();
-    }
-    if (buf != nullptr) {
-        post_rx(buf);
-    }
-}
-
-void Iface::release_desc(uct_recv_desc_t *self, void *desc)
-{
-    /* desc = payload - rx_headroom */
-    auto *iface = reinterpret_cast<RecvDesc *>(self)->iface;
-    iface->post_rx(static_cast<uint8_t *>(desc) + iface->rx_headroom_ - iface->rx_data_offset_);
-}
-
-void Iface::handle_recv_completion(const ibv_wc &wc)
-{
-    auto *buf = reinterpret_cast<uint8_t *>(wc.wr_id);
-    --rx_posted_;
-    if (wc.status != IBV_WC_SUCCESS) {
-        if (wc.status == IBV_WC_WR_FLUSH_ERR) {
-            rx_pool_->put(buf);
-            return;
-        }
-        /* the message is lost (its sender gets an error), not the buffer */
-        ucs_error("xqp: %s: receive completion error: %s", resource_name_.c_str(),
-                  ibv_wc_status_str(wc.status));
-        post_rx(buf);
-        return;
-    }
-    /* the AM id travels as immediate data, so the payload is all the user's */
-    const uint32_t am_id = ntohl(wc.imm_data);
-    if (!(wc.wc_flags & IBV_WC_WITH_IMM) || (am_id >= UCT_AM_ID_MAX)) {
-        ucs_error("xqp: %s: dropped a malformed message (%u bytes, %s, id %u) from qp 0x%x",
-                  resource_name_.c_str(), wc.byte_len,
-                  (wc.wc_flags & IBV_WC_WITH_IMM) ? "with immediate" : "no immediate", am_id,
-                  wc.src_qp);
-        post_rx(buf);
-        return;
-    }
-    uint8_t *data             = rx_data(buf);
-    const ucs_status_t status = uct_iface_invoke_am(&handle_.super, static_cast<uint8_t>(am_id),
-                                                    data, wc.byte_len, UCT_CB_PARAM_FLAG_DESC);
-    if (status == UCS_OK) {
-        post_rx(buf);
-        return;
-    }
-    /* UCS_INPROGRESS: the handler kept the descriptor (UCP does for every
-     * unexpected message); uct_iface_release_desc gives it back. Another
-     * buffer takes its place now: held descriptors must not empty the
-     * queue, or every sender waits on receiver-not-ready for good. */
-    replace_kept_rx();
-}
-
-ep::Endpoint *Iface::ep_of_qp(uint32_t qp_num) const
-{
-    for (auto *ep : eps_) {
-        if (ep->has_qp(qp_num)) {
-            return ep;
-        }
-    }
-    return nullptr;
-}
-
-void Iface::handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining)
-{
-    handle_send_completion_inl(wc, draining);
-}
-
-UCS_F_ALWAYS_INLINE void Iface::handle_send_completion_inl(const ibv_wc &wc,
-                                                           ep::Endpoint *draining)
-{
-    ucs_status_t status = UCS_OK;
-    if (wc.status != IBV_WC_SUCCESS) {
-        status = ((wc.status == IBV_WC_RETRY_EXC_ERR) || (wc.status == IBV_WC_RNR_RETRY_EXC_ERR)) ?
-                         UCS_ERR_ENDPOINT_TIMEOUT :
-                 (wc.status == IBV_WC_WR_FLUSH_ERR) ? UCS_ERR_CANCELED :
-                                                      UCS_ERR_IO_ERROR;
-    }
-    if (ucs_unlikely(wc.wr_id & 1)) {
-        /* an unsignaled request (see TxOp): only errors get here. Its
-         * endpoint may be gone already (destroyed while it failed). */
-        ep::Endpoint *ep = ((draining != nullptr) && draining->has_qp(wc.qp_num)) ?
-                                   draining :
-                                   ep_of_qp(wc.qp_num);
-        if (ep != nullptr) {
-            ep->completion_error(status, wc.status);
-            ep->on_send_completion(wc.wr_id >> 1);
-        }
-        tx_returned_ = true;
-        return;
-    }
-    auto *op = reinterpret_cast<TxOp *>(wc.wr_id);
-    if (ucs_unlikely(status != UCS_OK) && (op->ep != nullptr)) {
-        status = op->ep->completion_error(status, wc.status);
-    }
-    finish_op(op, status);
-}
-
-void Iface::finish_op(TxOp *op, ucs_status_t status)
-{
-    if (status == UCS_OK) {
-        if (op->kind == TxOp::Kind::GetBcopy) {
-            op->unpack(op->unpack_arg, op->buf, op->length);
-        } else if (op->kind == TxOp::Kind::Fetch64) {
-            std::memcpy(op->result, op->buf, sizeof(uint64_t));
-        }
-    }
-    /* the operation's own completion first: a flush waiting for this
-     * request completes after it (on_send_completion) */
-    if (op->comp != nullptr) {
-        uct_invoke_completion(op->comp, status);
-    }
-    if (op->buf != nullptr) {
-        tx_pool_->put(op->buf);
-    }
-    ep::Endpoint *ep = op->ep;
-    const uint64_t sn = op->sn;
-    put_op(op);
-    if (ep != nullptr) {
-        ep->on_send_completion(sn);
-    }
-    /* bounce buffers and TxOps are shared by all endpoints: any of them may
-     * have been waiting for the ones just returned */
-    tx_returned_ = true;
-}
-
-unsigned Iface::progress_stash()
-{
-    std::vector<std::pair<bool, ibv_wc>> stash;
-    stash.swap(stash_);
-    for (const auto &[from_recv_cq, wc] : stash) {
-        if (from_recv_cq) {
-            handle_recv_completion(wc);
-        } else {
-            handle_send_completion(wc);
-        }
-    }
-    return static_cast<unsigned>(stash.size());
-}
-
-unsigned Iface::progress_ready()
-{
-    unsigned count = 0;
-    /* one at a time: a dispatch may destroy other endpoints (error
-     * handlers do), and remove_ep takes them off this list */
-    while (!ready_.empty()) {
-        ep::Endpoint *ep = ready_.back();
-        ready_.pop_back();
-        count += ep->dispatch();
-    }
-    return count;
-}
-
-unsigned Iface::handle_recv_completions(const ibv_wc *wcs, int n)
-{
-    for (int i = 0; i < n; ++i) {
-        handle_recv_completion(wcs[i]);
-    }
-    return static_cast<unsigned>(n);
-}
-
-unsigned Iface::handle_send_completions(const ibv_wc *wcs, int n)
-{
-    for (int i = 0; i < n; ++i) {
-        handle_send_completion_inl(wcs[i], nullptr);
-    }
-    return static_cast<unsigned>(n);
-}
-
-unsigned Iface::progress()
-{
-    unsigned count = 0;
-    ibv_wc wcs[16];
-
-    /* completions event_arm took out of the CQs first */
-    if (ucs_unlikely(!stash_.empty())) {
-        count += progress_stash();
-    }
-
-    /* receives first: in a ping-pong the answer is what the caller waits for */
-    int n = ibv_poll_cq(recv_cq_.get(), 16, wcs);
-    if (n > 0) {
-        count += handle_recv_completions(wcs, n);
-    }
-    n = ibv_poll_cq(send_cq_.get(), 16, wcs);
-    if (n > 0) {
-        count += handle_send_completions(wcs, n);
-    }
-
-    if (ucs_unlikely(tx_returned_)) {
-        tx_returned_ = false;
-        /* only endpoints that queued requests for lack of resources */
-        for (auto *ep : waiting_) {
-            schedule_pending(ep);
-        }
-        waiting_.clear();
-    }
-    /* endpoints whose connection changed state on the async thread */
-    if (ucs_unlikely(async_ready_flag_.load(std::memory_order_acquire))) {
-        take_async_ready();
-    }
-    if (ucs_unlikely(!ready_.empty())) {
-        count += progress_ready();
-    }
-
-    /* in the poll and signal modes our handlers belong to the worker's
-     * async context: events it could not deliver while the application
-     * held it run here (in the thread modes they never wait for it) */
-    if (ucs_unlikely((handler_async_ != nullptr) && !ucs_mpmc_queue_is_empty(&async_->missed))) {
-        UCS_ASYNC_BLOCK(async_);
-        ucs_async_check_miss(async_);
-        UCS_ASYNC_UNBLOCK(async_);
-        ++count;
-    }
-    return count;
-}
-
-void Iface::schedule_pending(ep::Endpoint *ep)
-{
-    if (std::find(ready_.begin(), ready_.end(), ep) == ready_.end()) {
-        ready_.push_back(ep);
-    }
-}
-
-void Iface::schedule_dispatch(ep::Endpoint *ep)
-{
-    if (std::find(async_ready_.begin(), async_ready_.end(), ep) == async_ready_.end()) {
-        async_ready_.push_back(ep);
-    }
-    /* the flag, then armed_; event_arm stores armed_, then loads the flag
-     * (both sequentially consistent): either it sees the flag and says
-     * busy, or this sees it armed and wakes it */
-    async_ready_flag_.store(true, std::memory_order_seq_cst);
-    if (!armed_.exchange(false, std::memory_order_seq_cst)) {
-        return;
-    }
-    const uint64_t one = 1;
-    if ((write(wakeup_fd_.get(), &one, sizeof(one)) < 0) && (errno != EAGAIN)) {
-        ucs_warn("xqp: %s: cannot signal the event fd: %s", resource_name_.c_str(),
-                 strerror(errno));
-    }
-}
-
-void Iface::take_async_ready()
-{
-    async_ready_flag_.store(false, std::memory_order_relaxed);
-    /* an endpoint still on async_ready_ is alive: its destructor takes it
-     * off under the same lock. On ready_ it stays safe: destruction runs
-     * on this thread and takes it off that list too. */
-    WireupGuard guard(*this);
-    for (auto *ep : async_ready_) {
-        schedule_pending(ep);
-    }
-    async_ready_.clear();
-}
-
-void Iface::wait_for_resources(ep::Endpoint *ep)
-{
-    if (std::find(waiting_.begin(), waiting_.end(), ep) == waiting_.end()) {
-        waiting_.push_back(ep);
-    }
-}
-
-void Iface::remove_ep(ep::Endpoint *ep)
-{
-    eps_.erase(std::remove(eps_.begin(), eps_.end(), ep), eps_.end());
-    ready_.erase(std::remove(ready_.begin(), ready_.end(), ep), ready_.end());
-    async_ready_.erase(std::remove(async_ready_.begin(), async_ready_.end(), ep),
-                       async_ready_.end());
-    waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), ep), waiting_.end());
-}
-
-void Iface::drain(ep::Endpoint *ep)
-{
-    /* bounded: a QP in the error state flushes every request quickly */
-    if (!reap_until([ep] { return (ep->outstanding() == 0) || !ep->qp_completes(); }, ep)) {
-        ucs_warn("xqp: %s: %u requests of ep %p did not complete", resource_name_.c_str(),
-                 ep->outstanding(), ep);
-    }
-    /* completions still queued for it (none expected) must not find it */
-    for (auto &op : ops_) {
-        if (op.ep == ep) {
-            op.ep = nullptr;
-        }
-    }
-    for (auto &[from_recv_cq, wc] : stash_) {
-        if (from_recv_cq || (wc.wr_id & 1)) {
-            continue; /* no TxOp (unsignaled: found by QP number, which is gone) */
-        }
-        auto *op = reinterpret_cast<TxOp *>(wc.wr_id);
-        if (op->ep == ep) {
-            op->ep = nullptr;
-        }
-    }
-}
-
-ucs_status_t Iface::flush(unsigned flags, uct_completion_t *comp)
-{
-    if (comp != nullptr) {
-        return UCS_ERR_UNSUPPORTED;
-    }
-    for (auto *ep : eps_) {
-        const ucs_status_t status = ep->flush(flags, nullptr);
-        if ((status == UCS_INPROGRESS) || (status == UCS_ERR_NO_RESOURCE)) {
-            return UCS_INPROGRESS;
-        }
-    }
-    return UCS_OK;
-}
-
-void Iface::fence_all()
-{
-    for (auto *ep : eps_) {
-        ep->fence();
-    }
-}
-
-ucs_status_t Iface::event_arm(unsigned events)
-{
-    /* consume the notifications that woke the caller */
-    ibv_cq *cq;
-    void *ctx;
-    while (ibv_get_cq_event(comp_channel_.get(), &cq, &ctx) == 0) {
-        ibv_ack_cq_events(cq, 1);
-    }
-    /* one read returns the eventfd's count and clears it (EAGAIN: was 0) */
-    uint64_t wakeups;
-    const ssize_t got = read(wakeup_fd_.get(), &wakeups, sizeof(wakeups));
-    (void)got;
-    /* endpoints the async thread handed over, or ones whose pending
-     * requests may run: progress has work now. Armed first: a hand-over
-     * after the check writes the eventfd (schedule_dispatch). */
-    armed_.store(true, std::memory_order_seq_cst);
-    if (!stash_.empty() || async_ready_flag_.load(std::memory_order_seq_cst) || !ready_.empty()) {
-        armed_.store(false, std::memory_order_relaxed);
-        return UCS_ERR_BUSY;
-    }
-    const bool send = events & UCT_EVENT_SEND_COMP;
-    const bool recv = events & (UCT_EVENT_RECV | UCT_EVENT_RECV_SIG);
-    if ((send && (ibv_req_notify_cq(send_cq_.get(), 0) != 0)) ||
-        (recv && (ibv_req_notify_cq(recv_cq_.get(), 0) != 0))) {
-        return UCS_ERR_IO_ERROR;
-    }
-    /* completions that arrived before the CQs were armed raise no event:
-     * take them out now (progress handles them) and report busy */
-    ibv_wc wcs[16];
-    for (const bool from_recv_cq : {false, true}) {
-        if (from_recv_cq ? !recv : !send) {
-            continue;
-        }
-        const int n = ibv_poll_cq(from_recv_cq ? recv_cq_.get() : send_cq_.get(), 16, wcs);
-        for (int i = 0; i < n; ++i) {
-            stash_.emplace_back(from_recv_cq, wcs[i]);
-        }
-    }
-    return stash_.empty() ? UCS_OK : UCS_ERR_BUSY;
 }
 
 /* ------------------------------------------------------------------ attributes */

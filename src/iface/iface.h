@@ -28,6 +28,7 @@
 #include "common/fd.h"
 #include "compat/ucx.h"
 #include "iface/buffers.h"
+#include "iface/config.h"
 #include "md/md.h"
 #include "wireup/cm_ops.h"
 #include "wireup/connection.h"
@@ -73,29 +74,6 @@ struct TxOp {
     uint64_t             *result = nullptr;
     TxOp                 *next_free = nullptr;
 };
-
-/* UCX_XQP_* interface options */
-struct Config {
-    uct_iface_config_t super;
-    int                ece_mode;      /* wireup::EceMode */
-    char              *ece_required;  /* option mask, e.g. 0x1 */
-    char              *ece_desired;
-    char              *ece_local;     /* "auto" or VENDOR:OPTIONS */
-    double             addr_resolve_timeout;
-    double             route_resolve_timeout;
-    double             connect_timeout;
-    unsigned           connect_retries;
-    unsigned           tx_queue_len;
-    unsigned           rx_queue_len;
-    size_t             seg_size;
-    size_t             max_inline;
-};
-
-extern ucs_config_field_t config_table[];
-
-/* Turns the ECE options into a policy; throws Error(UCS_ERR_INVALID_PARAM)
- * naming the variable when a value is out of range or malformed. */
-wireup::EcePolicy ece_policy_from_config(const Config &config);
 
 class Iface final : public wireup::ConnectionOwner {
 public:
@@ -236,6 +214,16 @@ public:
 
 private:
     friend class WireupGuard;
+
+    /* the constructor's steps, in order */
+    ibv_device_attr query_device();
+    void configure(const Config &config, const ibv_device_attr &dev_attr,
+                   const uct_iface_params_t *params);
+    void open_event_fds();
+    void create_queues(const Config &config, const ibv_device_attr &dev_attr);
+    void create_pools(const Config &config);
+    void open_listener(const std::string &device, unsigned port, const Config &config);
+    void start(const uct_iface_params_t *params, const Config &config);
 
     /* draining: the endpoint being destroyed (no longer in eps_) */
     void handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining = nullptr);
