@@ -218,4 +218,5 @@ label() {
 } > "$out/cost.tsv"
 echo "bench: user-space instructions per call (callgrind, inclusive; contrib/bench/cost.sh says how):"
 column -t -s $'\t' "$out/cost.tsv" | sed 's/^/bench: /'
+echo "bench: cost.sh took $SECONDS s"
 exit 0

@@ -208,4 +208,5 @@ plot "$out/datapath.tsv" using 5:xtic(1) title "xqp / rc_verbs", "" using (\$6 e
 GP
 fi
 
+echo "bench: datapath.sh took $SECONDS s"
 exit 0

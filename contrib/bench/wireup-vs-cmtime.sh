@@ -74,4 +74,5 @@ summary=$(awk -v n="$n" -v r="$rounds" -v x="$x_ms" -v c="$c_ms" -v q="$ratio" -
            n, r, x, n / (x / 1000), c, n / (c / 1000), q, lh, (q <= 1.20) ? "met" : "not met" }')
 echo "$summary"
 [ -n "${WORK:-}" ] && echo "$summary" >> "$WORK/bench.txt"
+echo "bench: wireup-vs-cmtime.sh took $SECONDS s"
 exit 0
