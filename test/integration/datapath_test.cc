@@ -1164,6 +1164,24 @@ protected:
         }
         return kMaxFill;
     }
+
+    /* messages of kAmId that arrived on the interface count_ams() set up:
+     * static, since an interface lives in the bed beyond the test */
+    inline static size_t received_ = 0;
+
+    /* counts the messages of kAmId that arrive on rx in received_ (an
+     * async handler: it may run from the progress of either interface) */
+    static ucs_status_t count_ams(uct_iface_h rx)
+    {
+        received_ = 0;
+        return uct_iface_set_am_handler(
+                rx, kAmId,
+                [](void *, void *, size_t, unsigned) -> ucs_status_t {
+                    ++received_;
+                    return UCS_OK;
+                },
+                nullptr, UCT_CB_FLAG_ASYNC);
+    }
 };
 
 TEST_F(Pending, BusyWhileResourcesAreFree)
@@ -1384,15 +1402,7 @@ TEST_F(Pending, ManyEndpointsFloodingOneReceiverKeepMoving)
     uct_iface_h tx = nullptr, rx = nullptr;
     ASSERT_EQ(UCS_OK, b_->open_iface(0, nullptr, &tx));
     ASSERT_EQ(UCS_OK, b_->open_iface(kRxHeadroom, nullptr, &rx));
-    static size_t received;
-    received = 0;
-    ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(
-                              rx, kAmId,
-                              [](void *, void *, size_t, unsigned) -> ucs_status_t {
-                                  ++received;
-                                  return UCS_OK;
-                              },
-                              nullptr, UCT_CB_FLAG_ASYNC));
+    ASSERT_EQ(UCS_OK, count_ams(rx));
     std::vector<uct_ep_h> eps(kEps, nullptr);
     for (auto &e : eps) {
         ASSERT_EQ(UCS_OK, b_->connect(tx, rx, &e));
@@ -1423,8 +1433,8 @@ TEST_F(Pending, ManyEndpointsFloodingOneReceiverKeepMoving)
     }
     EXPECT_GT(refused, 0u) << "the flood never filled a send queue: it tests nothing";
     EXPECT_EQ(kMessages, sent) << "the flood stalled within " << kTimeout << " s";
-    EXPECT_TRUE(b_->wait_for([&] { return received == sent; }))
-            << received << " of " << sent << " messages arrived within " << kTimeout << " s";
+    EXPECT_TRUE(b_->wait_for([&] { return received_ == sent; }))
+            << received_ << " of " << sent << " messages arrived within " << kTimeout << " s";
     const long pkts = rdma_link_counter("sent_pkts") - pkts_before;
     const long rnr  = rdma_link_counter("rcvd_rnr_err") - rnr_before;
     std::printf("%zu messages: %ld packets, %ld receiver-not-ready\n", sent, pkts, rnr);
@@ -1457,15 +1467,7 @@ TEST_F(Pending, DestroyWithoutCreditsStillReportsUnsignaledRequests)
     /* 64 requests in flight at most, one in 16 signaled */
     ASSERT_EQ(UCS_OK, b_->open_iface_with(0, {{"RX_QUEUE_LEN", "64"}}, &tx));
     ASSERT_EQ(UCS_OK, b_->open_iface(kRxHeadroom, nullptr, &rx));
-    static size_t received;
-    received = 0;
-    ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(
-                              rx, kAmId,
-                              [](void *, void *, size_t, unsigned) -> ucs_status_t {
-                                  ++received;
-                                  return UCS_OK;
-                              },
-                              nullptr, UCT_CB_FLAG_ASYNC));
+    ASSERT_EQ(UCS_OK, count_ams(rx));
     uct_ep_h quiet = nullptr, busy = nullptr;
     ASSERT_EQ(UCS_OK, b_->connect(tx, rx, &quiet));
     ASSERT_EQ(UCS_OK, b_->connect(tx, rx, &busy));
@@ -1509,8 +1511,8 @@ TEST_F(Pending, DestroyWithoutCreditsStillReportsUnsignaledRequests)
     }
     /* the drain without a marker gave up after 5 s */
     EXPECT_LT(took, 4.0) << "the destroy waited for completions that never come";
-    EXPECT_TRUE(b_->wait_for([&] { return received == flood + 5; }))
-            << received << " of " << flood + 5 << " messages arrived";
+    EXPECT_TRUE(b_->wait_for([&] { return received_ == flood + 5; }))
+            << received_ << " of " << flood + 5 << " messages arrived";
     EXPECT_EQ(UCS_OK, b_->flush(busy));
     uct_ep_destroy(busy);
     uct_iface_close(tx);
