@@ -71,7 +71,9 @@ ucs_config_field_t config_table[] = {
     {"RX_QUEUE_LEN", "1024",
      "Receive buffers posted to the interface's shared receive queue. All\n"
      "connections of the interface share them; a sender that finds none waits\n"
-     "(RNR retry) instead of losing the message.",
+     "(RNR retry) instead of losing the message. Used buffers are reposted in\n"
+     "batches of 1/8 of this (at most 16). Also the most requests the interface\n"
+     "keeps in flight on all its connections together.",
      ucs_offsetof(Config, rx_queue_len), UCS_CONFIG_TYPE_UINT},
 
     {"SEG_SIZE", "8k",
