@@ -57,6 +57,11 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
         throw Error(status, "cannot initialize the base endpoint");
     }
     iface::WireupGuard guard(*iface_);
+    status = iface_->arm_timer(); /* it times the attempts out */
+    if (status != UCS_OK) {
+        UCS_CLASS_CLEANUP(uct_base_ep_t, &handle_.super);
+        throw Error(status, "cannot add the connection timer");
+    }
     conn_.connect(dst_);
     iface_->add_ep(this); /* the interface's timer walks its endpoints */
 }

@@ -63,6 +63,8 @@ public:
     /* completions may still come for what was posted (main thread, after
      * conn_.close(): the connection no longer changes under it) */
     bool qp_completes() const { return conn_.qp_completes(); }
+    /* wireup lock held: its connection is being attempted */
+    bool attempting() const { return conn_.attempting(); }
 
     /* data operations (main thread) */
     ucs_status_t put_short(const void *buffer, unsigned length, uint64_t remote_addr,

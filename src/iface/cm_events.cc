@@ -4,6 +4,7 @@
 
 #include "ep/ep.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -26,6 +27,31 @@ void Iface::timer_handler(int, ucs_event_set_types_t, void *arg)
     for (auto *ep : iface->eps_) {
         ep->check_timeout(now);
     }
+}
+
+ucs_status_t Iface::arm_timer()
+{
+    if (timer_id_ >= 0) {
+        return UCS_OK;
+    }
+    /* connection attempts that hang (a peer that never answers) */
+    return ucs_async_add_timer(async_->mode, ucs_time_from_sec(0.25), timer_handler, this,
+                               handler_async_, &timer_id_);
+}
+
+void Iface::disarm_timer_if_idle()
+{
+    int id;
+    {
+        WireupGuard guard(*this);
+        if ((timer_id_ < 0) ||
+            std::any_of(eps_.begin(), eps_.end(), [](auto *ep) { return ep->attempting(); })) {
+            return;
+        }
+        id        = timer_id_;
+        timer_id_ = -1;
+    }
+    ucs_async_remove_handler(id, 1);
 }
 
 void Iface::progress_cm_events()

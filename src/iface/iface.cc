@@ -444,8 +444,8 @@ void Iface::open_listener(const std::string &device, unsigned port, const Config
     }
 }
 
-/* the UCT base interface, then the async handlers: rdma_cm events and the
- * connection timer */
+/* the UCT base interface, then the async handler of rdma_cm events (the
+ * connection timer is armed while connections are attempted) */
 void Iface::start(const uct_iface_params_t *params, const Config &config)
 {
     handle_.owner = this;
@@ -468,15 +468,6 @@ void Iface::start(const uct_iface_params_t *params, const Config &config)
         throw Error(status, "cannot watch the rdma_cm channel");
     }
     async_handler_ = true;
-    /* connection attempts that hang (a peer that never answers) */
-    status = ucs_async_add_timer(async_->mode, ucs_time_from_sec(0.25), timer_handler, this,
-                                 handler_async_, &timer_id_);
-    if (status != UCS_OK) {
-        ucs_async_remove_handler(channel_->fd, 1);
-        async_handler_ = false;
-        UCS_CLASS_CLEANUP(uct_base_iface_t, &handle_.super);
-        throw Error(status, "cannot add the connection timer");
-    }
 }
 
 Iface::~Iface()

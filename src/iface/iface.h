@@ -160,6 +160,16 @@ public:
     /* one request in this many is signaled when none needs a completion */
     unsigned tx_moderation() const { return tx_moderation_; }
 
+    /* The connection timer runs only while an endpoint's connection is
+     * attempted, so that an interface whose connections are up never wakes
+     * the async thread. arm_timer(): wireup lock held, when an endpoint
+     * starts connecting (retries follow attempts at once, so the timer is
+     * armed throughout). disarm_timer_if_idle(): on the application's
+     * thread WITHOUT the wireup lock (its handler takes it, and the removal
+     * waits for the handler), when connections changed state. */
+    ucs_status_t arm_timer();
+    void disarm_timer_if_idle();
+
     /* add/remove with the wireup lock held */
     void add_ep(ep::Endpoint *ep) { eps_.push_back(ep); }
     void remove_ep(ep::Endpoint *ep);
@@ -247,7 +257,8 @@ private:
     static void cm_event_handler(int id, ucs_event_set_types_t events, void *arg);
     static void timer_handler(int id, ucs_event_set_types_t events, void *arg);
     void progress_cm_events();
-    /* moves the endpoints schedule_dispatch() listed to ready_ */
+    /* moves the endpoints schedule_dispatch() listed to ready_; without
+     * the wireup lock (it disarms the timer) */
     void take_async_ready();
     /* the rare parts of progress(): completions event_arm stashed, and
      * endpoints whose pending requests may run (ready_) */
@@ -339,7 +350,7 @@ private:
     std::unique_ptr<wireup::RdmaCmOps> cm_;
     wireup::VerbsEceProvider ece_provider_;
     bool                async_handler_ = false;
-    int                 timer_id_      = -1;
+    int                 timer_id_      = -1; /* wireup lock; -1: not armed */
     uint32_t            conn_seq_      = 0;
 
     /* passive connections, and what each one ended with */

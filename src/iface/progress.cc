@@ -213,11 +213,15 @@ void Iface::take_async_ready()
     /* an endpoint still on async_ready_ is alive: its destructor takes it
      * off under the same lock. On ready_ it stays safe: destruction runs
      * on this thread and takes it off that list too. */
-    WireupGuard guard(*this);
-    for (auto *ep : async_ready_) {
-        schedule_pending(ep);
+    {
+        WireupGuard guard(*this);
+        for (auto *ep : async_ready_) {
+            schedule_pending(ep);
+        }
+        async_ready_.clear();
     }
-    async_ready_.clear();
+    /* connections were established or failed: maybe none is left to time */
+    disarm_timer_if_idle();
 }
 
 void Iface::wait_for_resources(ep::Endpoint *ep)

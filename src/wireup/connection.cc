@@ -134,10 +134,7 @@ void Connection::connect(const sockaddr_storage &dst)
 
 void Connection::check_timeout(double now)
 {
-    const bool in_attempt = (state_ == ConnState::ResolvingAddr) ||
-                            (state_ == ConnState::ResolvingRoute) ||
-                            (state_ == ConnState::Connecting);
-    if (!active_ || !in_attempt || (config_.connect_timeout_s <= 0)) {
+    if (!attempting() || (config_.connect_timeout_s <= 0)) {
         return;
     }
     if (attempt_start_ < 0) {

@@ -126,6 +126,14 @@ public:
     /* active side: fails the current attempt (and retries) when it has run
      * longer than connect_timeout_s; now is in seconds on any monotonic clock */
     void check_timeout(double now);
+    /* active side, between connect() and established or failed for good:
+     * what check_timeout() times */
+    bool attempting() const
+    {
+        return active_ && ((state_ == ConnState::ResolvingAddr) ||
+                           (state_ == ConnState::ResolvingRoute) ||
+                           (state_ == ConnState::Connecting));
+    }
 
     ConnState          state() const { return state_; }
     bool               active() const { return active_; }

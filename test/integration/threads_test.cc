@@ -15,11 +15,13 @@
  */
 #include "bed.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <fstream>
 #include <random>
 
 namespace {
@@ -312,6 +314,88 @@ TEST_F(Threads, DestroyRacesConnect)
     /* errors of the endpoints destroyed here are not the fixture's */
     b_->ep_errors.resize(errors_before);
     EXPECT_GT(connected, 0) << "no round let a connection finish: the delays prove nothing";
+}
+
+/* voluntary context switches of UCX's async thread ("async") in this
+ * process: how often it went to sleep, so how often it woke; -1 without one */
+long async_thread_wakeups()
+{
+    long total = -1;
+    DIR *tasks = opendir("/proc/self/task");
+    if (tasks == nullptr) {
+        return -1;
+    }
+    while (const dirent *t = readdir(tasks)) {
+        const std::string dir = std::string("/proc/self/task/") + t->d_name;
+        std::ifstream comm(dir + "/comm");
+        std::string name;
+        if (!std::getline(comm, name) || (name != "async")) {
+            continue;
+        }
+        std::ifstream status(dir + "/status");
+        for (std::string line; std::getline(status, line);) {
+            if (line.rfind("voluntary_ctxt_switches:", 0) == 0) {
+                total = std::max(total, 0L) + std::atol(line.c_str() + line.find(':') + 1);
+            }
+        }
+    }
+    closedir(tasks);
+    return total;
+}
+
+/* Once its connections are up, an interface leaves UCX's async thread
+ * asleep: the connection timer runs only while a connection is attempted.
+ * It used to tick 4 times a second for good, each tick a wakeup that took
+ * the wireup lock, in every process using xqp: noise for the application's
+ * threads (unpinned, ucx_perftest's async thread woke 40-117 times in its
+ * first 6 s over xqp, 1-3 times over rc_verbs). An endpoint created later
+ * arms it again: its attempt to a silent address still times out. */
+TEST_F(Threads, AsyncThreadSleepsWhileNoConnectionIsAttempted)
+{
+    const size_t errors_before = b_->ep_errors.size();
+    uct_iface_h client = nullptr, server = nullptr;
+    ASSERT_EQ(UCS_OK, b_->open_iface_with(0, {{"RX_QUEUE_LEN", "64"},
+                                              {"CONNECT_TIMEOUT", "0.5s"},
+                                              {"CONNECT_RETRIES", "0"}},
+                                          &client));
+    ASSERT_EQ(UCS_OK, b_->open_iface(0, "64", &server));
+    uct_ep_h e = nullptr;
+    ASSERT_EQ(UCS_OK, b_->connect(client, server, &e));
+    ASSERT_EQ(UCS_OK, b_->flush(e));
+    b_->spin(0.1); /* progress hands the established connections over */
+
+    const long before = async_thread_wakeups();
+    ASSERT_GE(before, 0) << "no thread named async in this process";
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+    const long woke = async_thread_wakeups() - before;
+    EXPECT_LE(woke, 1) << "UCX's async thread woke " << woke
+                       << " times in 2 s while every connection was up";
+
+    /* 10.77.0.99 on the guest's dummy network: nothing answers */
+    IfaceAddress addr;
+    ASSERT_EQ(UCS_OK, iface_address(server, &addr));
+    ASSERT_EQ(4, addr.dev.at(0)) << "an IPv4 device address";
+    const uint8_t silent[4] = {10, 77, 0, 99};
+    std::memcpy(&addr.dev[1], silent, sizeof(silent));
+    uct_ep_h lost = nullptr;
+    ASSERT_EQ(UCS_OK, create_ep_to(client, addr, &lost));
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_TRUE(b_->wait_for([&] { return b_->ep_errors.size() > errors_before; }, 5.0))
+            << "the attempt to a silent address was not timed out";
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                                .count();
+    std::printf("connection to a silent address failed after %.2f s (timeout 0.5 s)\n", took);
+    if (b_->ep_errors.size() > errors_before) {
+        EXPECT_EQ(lost, b_->ep_errors.back().first);
+        EXPECT_EQ(UCS_ERR_UNREACHABLE, b_->ep_errors.back().second)
+                << ucs_status_string(b_->ep_errors.back().second);
+    }
+    uct_ep_destroy(lost);
+    uct_ep_destroy(e);
+    uct_iface_close(client);
+    uct_iface_close(server);
+    /* errors of the endpoints destroyed here are not the fixture's */
+    b_->ep_errors.resize(errors_before);
 }
 
 } // namespace
