@@ -33,12 +33,11 @@ SYNC=$XQP_VM_SHARED
 WORK=$(mktemp -d /tmp/xqp-hosts.XXXXXX)
 export WORK
 trap 'rm -rf "$WORK"' EXIT
-# a sleep without a process (fork+exec is expensive in the testbed)
-mkfifo "$WORK/nap"
-exec {NAP}<>"$WORK/nap"
-nap() { read -r -t "$1" -u "$NAP" _ || :; }
+# PASS/FAIL/SKIP lines with wall times, counters, nap, wait_listen
+ONLY=${XQP_HOSTS_ONLY:-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-passed=0 failed=0 skipped=0
 CUR=""
 
 # signal NAME: tell the other host that NAME happened
@@ -63,17 +62,6 @@ await() {
     return 1
 }
 
-# wait_tcp_listen PORT: a local TCP listener on PORT (60 s)
-wait_tcp_listen() {
-    local _
-    for _ in $(seq 300); do
-        ss -ltnH "sport = :$1" 2>/dev/null | grep -q . && return 0
-        nap 0.2
-    done
-    echo "nothing listens on TCP port $1"
-    return 1
-}
-
 # wait_cm_listen PORT: a local rdma_cm listener on PORT (60 s)
 wait_cm_listen() {
     local _
@@ -88,32 +76,29 @@ wait_cm_listen() {
 
 # run_test ID NAME FUNCTION: FUNCTION runs on both hosts (it looks at $ME);
 # then each host publishes its status and waits for the other's.
+# A test passes when it passed on both hosts, is skipped when one side
+# skipped and the other passed or skipped, and fails otherwise (each host
+# shows its own side's output); the time is until both had finished.
+# A passing test's "result: " lines are shown under its PASS line.
 run_test() {
-    local id=$1 name=$2 fn=$3 rc=0 prc=""
-    if [[ -n ${XQP_HOSTS_ONLY:-} ]] && ! grep -Eq "$XQP_HOSTS_ONLY" <<< "$name"; then
-        return 0
-    fi
+    local id=$1 name=$2 fn=$3 rc=0 prc="" both n=3000
+    test_begin "$name" || return 0
     CUR=$id
     "$fn" > "$WORK/log" 2>&1 || rc=$?
     echo "$rc" > "$SYNC/$id.rc.$ME.tmp" && mv "$SYNC/$id.rc.$ME.tmp" "$SYNC/$id.rc.$ME"
-    local n=3000
     while ((n-- > 0)) && [[ ! -e $SYNC/$id.rc.$OTHER ]]; do
         nap 0.1
     done
     [[ -e $SYNC/$id.rc.$OTHER ]] && prc=$(< "$SYNC/$id.rc.$OTHER")
     if [[ $rc == 0 && $prc == 0 ]]; then
-        echo "PASS: $name"
-        sed -n 's/^result: /    /p' "$WORK/log"
-        passed=$((passed + 1))
+        both=0
     elif [[ $rc == 77 && ($prc == 77 || $prc == 0) ]] || [[ $rc == 0 && $prc == 77 ]]; then
-        echo "SKIP: $name ($(tail -n 1 "$WORK/log"))"
-        skipped=$((skipped + 1))
+        both=77
     else
-        echo "FAIL: $name (host $ME: exit $rc, host $OTHER: exit ${prc:-none after 300 s})"
-        sed "s/^/    | /" "$WORK/log" | tail -n 60
-        failed=$((failed + 1))
+        both=1
     fi
-    # host 0 also shows the successful side's output when the other failed
+    test_end "$name" "$both" "$WORK/log" "host $ME: exit $rc, host $OTHER: exit ${prc:-none after 300 s}"
+    [[ $both == 0 ]] && sed -n 's/^result: /    /p' "$WORK/log"
     return 0
 }
 
@@ -167,7 +152,7 @@ perf_cross() {
         UCX_WARN_UNUSED_ENV_VARS=n timeout 180 "$RUN" ucx_perftest -p "$port" "${uct[@]}" \
             > "$WORK/perf.server" 2>&1 &
         local server=$!
-        wait_tcp_listen "$port" || { kill "$server"; wait "$server"; cat "$WORK/perf.server"; return 1; }
+        wait_listen "$port" || { kill "$server"; wait "$server"; cat "$WORK/perf.server"; return 1; }
         signal listening
         wait "$server" || rc=$?
         tail -n 20 "$WORK/perf.server"
@@ -328,32 +313,18 @@ if [[ $POWER_LOSS_XQP == 1 ]]; then
     POWER_NAME="power loss: host 1's QEMU killed while host 0 streams to it over xqp; the endpoint fails, a new one connects"
 fi
 run_power_loss() {
-    local name=$POWER_NAME fn=test_power_off
+    local name=$POWER_NAME fn=test_power_off rc=0
     [[ $POWER_LOSS_XQP == 1 ]] && fn=test_power_loss_xqp
-    if [[ -n ${XQP_HOSTS_ONLY:-} ]] && ! grep -Eq "$XQP_HOSTS_ONLY" <<< "$name"; then
-        return 0
-    fi
+    test_begin "$name" || return 0
     CUR=power
-    local rc=0
     if [[ $ME == 1 ]]; then
         echo "host 1: waiting to be powered off"
-        power_victim
-        echo "FAIL: $name (host 1 was not powered off)"
-        failed=$((failed + 1))
+        power_victim > "$WORK/log" 2>&1
+        test_end "$name" 1 "$WORK/log" "host 1 was not powered off"
         return 0
     fi
     "$fn" > "$WORK/log" 2>&1 || rc=$?
-    if [[ $rc == 0 ]]; then
-        echo "PASS: $name"
-        passed=$((passed + 1))
-    elif [[ $rc == 77 ]]; then
-        echo "SKIP: $name ($(tail -n 1 "$WORK/log"))"
-        skipped=$((skipped + 1))
-    else
-        echo "FAIL: $name (host 0: exit $rc)"
-        sed "s/^/    | /" "$WORK/log" | tail -n 60
-        failed=$((failed + 1))
-    fi
+    test_end "$name" "$rc" "$WORK/log" "host 0: exit $rc"
 }
 
 echo "host $ME: $XQP_VM_IP on $DEV, peer host $OTHER at $XQP_VM_PEER_IP"
@@ -366,9 +337,8 @@ run_test get "ucx_perftest UCT get 64 KiB zcopy over xqp, host 1 <- host 0" test
 run_test ece "ECE: host 1's UCX_XQP_ECE_LOCAL reaches host 0, host 0's answer comes back" test_ece_reaches_the_peer
 run_test ece_reject "ECE: host 0 requires options host 1 lacks -> rdma_reject_ece -> clear error" test_ece_required_options_rejected
 # host 1's summary: its last words before the power loss
-if [[ $ME == 1 ]] && grep -Eq "${XQP_HOSTS_ONLY:-.}" <<< "$POWER_NAME"; then
+if [[ $ME == 1 ]] && test_selected "$POWER_NAME"; then
     echo "host 1: $passed passed, $failed failed, $skipped skipped (before the power loss)"
 fi
 run_power_loss
-echo "host $ME: $passed passed, $failed failed, $skipped skipped"
-[[ $failed == 0 ]]
+test_summary "host $ME"
