@@ -142,38 +142,61 @@ test_identity() {
 # ---------------------------------------------------------------- ucx_perftest over xqp
 PERF_PORT=13400
 
-# perf_cross PORT ARGS...: ucx_perftest UCT over xqp, server on host 0,
-# client on host 1 (ARGS: the client's test options)
+# perf_cross PORT LEVEL ARGS...: ucx_perftest over xqp, server on host 0,
+# client on host 1 (ARGS: the client's test options). LEVEL uct: UCT tests
+# on xqp ("-x xqp -d DEV:1" on both sides). LEVEL ucp: UCP tests with
+# UCX_TLS=xqp; UCP's log (UCX_LOG_LEVEL=info) must show the endpoint's
+# lanes on xqp on both hosts.
 perf_cross() {
-    local port=$1 rc=0
-    shift
-    local uct=(-x xqp -d "$DEV:1")
+    local port=$1 level=$2 rc=0 log both=() env=(UCX_WARN_UNUSED_ENV_VARS=n)
+    shift 2
+    if [[ $level == uct ]]; then
+        both=(-x xqp -d "$DEV:1")
+    else
+        env+=(UCX_TLS=xqp UCX_LOG_LEVEL=info)
+    fi
     if [[ $ME == 0 ]]; then
-        UCX_WARN_UNUSED_ENV_VARS=n timeout 180 "$RUN" ucx_perftest -p "$port" "${uct[@]}" \
-            > "$WORK/perf.server" 2>&1 &
+        log=$WORK/perf.server
+        env "${env[@]}" timeout 180 "$RUN" ucx_perftest -p "$port" "${both[@]}" > "$log" 2>&1 &
         local server=$!
-        wait_listen "$port" || { kill "$server"; wait "$server"; cat "$WORK/perf.server"; return 1; }
+        wait_listen "$port" || { kill "$server"; wait "$server"; cat "$log"; return 1; }
         signal listening
         wait "$server" || rc=$?
-        tail -n 20 "$WORK/perf.server"
+        tail -n 20 "$log"
         [[ $rc == 0 ]] || { echo "ucx_perftest server exited $rc"; return 1; }
     else
+        log=$WORK/perf.client
         await listening || return 1
-        UCX_WARN_UNUSED_ENV_VARS=n timeout 180 "$RUN" ucx_perftest "$XQP_VM_PEER_IP" -p "$port" \
-            "${uct[@]}" "$@" > "$WORK/perf.client" 2>&1 || rc=$?
-        cat "$WORK/perf.client"
+        env "${env[@]}" timeout 180 "$RUN" ucx_perftest "$XQP_VM_PEER_IP" -p "$port" \
+            "${both[@]}" "$@" > "$log" 2>&1 || rc=$?
+        cat "$log"
         [[ $rc == 0 ]] || { echo "ucx_perftest client exited $rc"; return 1; }
         # the final summary line with its numbers
-        grep -Eq '^Final: +[0-9]+ +[0-9.]+ ' "$WORK/perf.client" ||
-            { echo "no 'Final:' result line"; return 1; }
-        echo "result: ucx_perftest $* -> $(grep '^Final:' "$WORK/perf.client" | tr -s ' ')"
+        grep -Eq '^Final: +[0-9]+ +[0-9.]+ ' "$log" || { echo "no 'Final:' result line"; return 1; }
+        echo "result: ucx_perftest $* -> $(grep '^Final:' "$log" | tr -s ' ')"
+    fi
+    if [[ $level == ucp ]]; then
+        # UCX's own log names the lanes of each endpoint configuration
+        grep -Eq "$EP_CFG.*xqp/$DEV:1" "$log" ||
+            { echo "host $ME: UCP did not use xqp/$DEV:1"; grep -E "$EP_CFG" "$log"; return 1; }
+        echo "result: host $ME lanes: $(grep -m1 -E "$EP_CFG" "$log" | sed -E "s/.*($EP_CFG)/\1/")"
     fi
 }
 
-test_perf_put_bw() { perf_cross $((PERF_PORT + 1)) -t put_bw -s 65536 -D zcopy -n 300; }
-test_perf_am_lat() { perf_cross $((PERF_PORT + 2)) -t am_lat -s 8 -D short -n 1000; }
-test_perf_am_bw() { perf_cross $((PERF_PORT + 3)) -t am_bw -s 4096 -D bcopy -n 300; }
-test_perf_get() { perf_cross $((PERF_PORT + 4)) -t get -s 65536 -D zcopy -n 200; }
+test_perf_put_bw() { perf_cross $((PERF_PORT + 1)) uct -t put_bw -s 65536 -D zcopy -n 300; }
+test_perf_am_lat() { perf_cross $((PERF_PORT + 2)) uct -t am_lat -s 8 -D short -n 1000; }
+test_perf_am_bw() { perf_cross $((PERF_PORT + 3)) uct -t am_bw -s 4096 -D bcopy -n 300; }
+test_perf_get() { perf_cross $((PERF_PORT + 4)) uct -t get -s 65536 -D zcopy -n 200; }
+# UCP with UCX_TLS=xqp: eager and rendezvous tag matching, RMA, atomics,
+# stream, active messages
+test_ucp_tag_lat() { perf_cross $((PERF_PORT + 11)) ucp -t tag_lat -s 8 -n 1000; }
+test_ucp_tag_bw() { perf_cross $((PERF_PORT + 12)) ucp -t tag_bw -s 65536 -n 200; }
+test_ucp_tag_bw_rndv() { perf_cross $((PERF_PORT + 13)) ucp -t tag_bw -s 1048576 -n 20; }
+test_ucp_put_bw() { perf_cross $((PERF_PORT + 14)) ucp -t ucp_put_bw -s 65536 -n 200; }
+test_ucp_get() { perf_cross $((PERF_PORT + 15)) ucp -t ucp_get -s 65536 -n 100; }
+test_ucp_fadd() { perf_cross $((PERF_PORT + 16)) ucp -t ucp_fadd -n 500; }
+test_ucp_stream_bw() { perf_cross $((PERF_PORT + 17)) ucp -t stream_bw -s 65536 -n 200; }
+test_ucp_am_bw() { perf_cross $((PERF_PORT + 18)) ucp -t ucp_am_bw -s 65536 -n 200; }
 
 # ---------------------------------------------------------------- ECE between two kernels
 # ece_pair NAME "PASSIVE ENV" "PASSIVE ARGS" "ACTIVE ENV" "ACTIVE ARGS": an
@@ -334,6 +357,14 @@ run_test put_bw "ucx_perftest UCT put_bw 64 KiB zcopy over xqp, host 1 -> host 0
 run_test am_lat "ucx_perftest UCT am_lat 8 B short over xqp between the hosts" test_perf_am_lat
 run_test am_bw "ucx_perftest UCT am_bw 4 KiB bcopy over xqp, host 1 -> host 0" test_perf_am_bw
 run_test get "ucx_perftest UCT get 64 KiB zcopy over xqp, host 1 <- host 0" test_perf_get
+run_test ucp_tag_lat "ucx_perftest UCP tag_lat 8 B, UCX_TLS=xqp, between the hosts" test_ucp_tag_lat
+run_test ucp_tag_bw "ucx_perftest UCP tag_bw 64 KiB, UCX_TLS=xqp, host 1 -> host 0" test_ucp_tag_bw
+run_test ucp_tag_rndv "ucx_perftest UCP tag_bw 1 MiB (rendezvous), UCX_TLS=xqp, host 1 -> host 0" test_ucp_tag_bw_rndv
+run_test ucp_put_bw "ucx_perftest UCP ucp_put_bw 64 KiB, UCX_TLS=xqp, host 1 -> host 0" test_ucp_put_bw
+run_test ucp_get "ucx_perftest UCP ucp_get 64 KiB, UCX_TLS=xqp, host 1 <- host 0" test_ucp_get
+run_test ucp_fadd "ucx_perftest UCP ucp_fadd, UCX_TLS=xqp, host 1 -> host 0" test_ucp_fadd
+run_test ucp_stream_bw "ucx_perftest UCP stream_bw 64 KiB, UCX_TLS=xqp, host 1 -> host 0" test_ucp_stream_bw
+run_test ucp_am_bw "ucx_perftest UCP ucp_am_bw 64 KiB, UCX_TLS=xqp, host 1 -> host 0" test_ucp_am_bw
 run_test ece "ECE: host 1's UCX_XQP_ECE_LOCAL reaches host 0, host 0's answer comes back" test_ece_reaches_the_peer
 run_test ece_reject "ECE: host 0 requires options host 1 lacks -> rdma_reject_ece -> clear error" test_ece_required_options_rejected
 # host 1's summary: its last words before the power loss
