@@ -12,6 +12,8 @@
 #                     hosts meet through files there
 # and from make, as for suite.sh: XQP_BINDIR, XQP_PLUGIN, XQP_BUILDDIR.
 # XQP_HOSTS_ONLY=REGEX runs only the matching tests (on both hosts).
+# XQP_MPI_DEBUG=1 runs the Open MPI test with --debug-daemons (orted's
+# output, and mpirun's launch steps, in the test's log).
 #
 # Each test runs on both hosts; each host publishes its own status in the
 # shared directory and the test passes only when both passed. Host 0 prints
@@ -248,6 +250,86 @@ test_ece_required_options_rejected() {
     fi
 }
 
+# ---------------------------------------------------------------- Open MPI across the hosts
+# Two ranks, one per host, pml ucx over xqp: xqp_mpi_pingpong (ping-pong to
+# 4 MiB with every byte checked on both sides, then an allreduce). mpirun
+# runs on host 0 and starts its daemon (orted) on host 1 through a remote
+# shell of its own instead of ssh (there is none in the testbed): the agent
+# (plm_rsh_agent) writes orted's command line into the shared directory,
+# host 1 runs it and writes back its output and exit status, which the
+# agent passes on to mpirun.
+MPI_PROG=$XQP_BUILDDIR/test/integration/xqp_mpi_pingpong
+
+test_mpi() {
+    if [[ ! -x $MPI_PROG ]] || ! command -v mpirun > /dev/null; then
+        echo "Open MPI (openmpi-bin, mpicc) is not installed"
+        return 77
+    fi
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    local rc=0
+    # the two guests have the same host name (xqp-vm): each gets its own,
+    # known to both, for mpirun's host list and to tell the ranks apart
+    # (changes in the guests only: /etc is their tmpfs overlay)
+    echo "xqp-vm-h$ME" > /proc/sys/kernel/hostname
+    printf '%s xqp-vm-h%s\n' "$XQP_VM_IP" "$ME" "$XQP_VM_PEER_IP" "$OTHER" >> /etc/hosts
+    if [[ $ME == 1 ]]; then
+        await launch 180 || return 1
+        echo "host 1: running $(< "$SYNC/mpi.launch")"
+        bash -c "$(< "$SYNC/mpi.launch")" > "$SYNC/mpi.orted.out" 2>&1 || rc=$?
+        echo "$rc" > "$SYNC/mpi.orted.rc.tmp" && mv "$SYNC/mpi.orted.rc.tmp" "$SYNC/mpi.orted.rc"
+        cat "$SYNC/mpi.orted.out"
+        [[ $rc == 0 ]] || { echo "orted on host 1 exited $rc"; return 1; }
+        return 0
+    fi
+    # (where both hosts see it: orted checks that the agent exists)
+    local agent=$SYNC/mpi-agent
+    cat > "$agent" <<AGENT
+#!/bin/bash
+# plm_rsh_agent HOST COMMAND...: COMMAND on host 1, through $SYNC
+# (orted stays in the foreground, so that host 1 sees it end)
+[[ \$1 == xqp-vm-h$OTHER ]] || { echo "mpi-agent: unknown host \$1" >&2; exit 1; }
+shift
+cmd="\$*"
+echo "\${cmd/ --daemonize / }" > "$SYNC/mpi.launch.tmp" && mv "$SYNC/mpi.launch.tmp" "$SYNC/mpi.launch"
+echo "mpi-agent: \$*" >&2
+exec {nap}<> "$WORK/.nap"
+while [[ ! -e $SYNC/mpi.orted.rc ]]; do read -r -t 0.2 -u "\$nap" _ || :; done
+cat "$SYNC/mpi.orted.out" >&2
+exit "\$(< "$SYNC/mpi.orted.rc")"
+AGENT
+    chmod +x "$agent"
+    # shellcheck disable=SC2016 # (sh -c's script is single-quoted on purpose)
+    timeout 300 mpirun --allow-run-as-root --tag-output -np 2 --host "xqp-vm-h$ME:1,xqp-vm-h$OTHER:1" \
+        ${XQP_MPI_DEBUG:+--debug-daemons --mca plm_base_verbose 5} \
+        --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
+        --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
+        --mca btl '^vader,tcp,openib,uct' --mca osc '^ucx' \
+        -x UCX_TLS=xqp,self -x UCX_LOG_LEVEL=info -x UCX_WARN_UNUSED_ENV_VARS=n \
+        sh -c 'echo "rank $OMPI_COMM_WORLD_RANK on $(cat /proc/sys/kernel/hostname)"
+               export LD_PRELOAD=$1; exec "$0"' "$MPI_PROG" "$XQP_PLUGIN" \
+        > "$WORK/mpi.out" 2>&1 || rc=$?
+    cat "$WORK/mpi.out"
+    [[ $rc == 0 ]] || { echo "mpirun exited $rc"; return 1; }
+    # --tag-output: every line starts with [JOB,RANK]<stdout|stderr>:
+    grep -Eq '^\[[0-9]+,0\]<stdout>:mpi ok' "$WORK/mpi.out" || { echo "no 'mpi ok' from rank 0"; return 1; }
+    # one rank on each host
+    if ! grep -Eq '^\[[0-9]+,0\]<stdout>:rank 0 on xqp-vm-h0$' "$WORK/mpi.out" ||
+       ! grep -Eq '^\[[0-9]+,1\]<stdout>:rank 1 on xqp-vm-h1$' "$WORK/mpi.out"; then
+        echo "the ranks did not run one on each host"
+        return 1
+    fi
+    # UCX_TLS=xqp,self: only xqp reaches the other host; UCP's log names
+    # xqp among each rank's tag-matching lanes
+    local r
+    for r in 0 1; do
+        grep -Eq "^\[[0-9]+,$r\]<std(out|err)>:.*$EP_CFG.*tag\(.*xqp/$DEV:1" "$WORK/mpi.out" ||
+            { echo "rank $r: UCP's tag lane is not on xqp/$DEV:1"; return 1; }
+        echo "result: rank $r lanes: $(grep -m1 -E "^\[[0-9]+,$r\]<std(out|err)>:.*$EP_CFG.*tag\(.*xqp/" \
+                                       "$WORK/mpi.out" | sed -E "s/.*($EP_CFG)/\1/")"
+    done
+    echo "result: $(grep -m1 -E '^\[[0-9]+,0\]<stdout>:mpi ok' "$WORK/mpi.out" | sed 's/^[^:]*://')"
+}
+
 # ---------------------------------------------------------------- power loss
 # Host 0 has xqp-vm kill host 1's QEMU (as if it lost power). Host 1 only
 # waits to be killed: this is the last test.
@@ -367,6 +449,7 @@ run_test ucp_stream_bw "ucx_perftest UCP stream_bw 64 KiB, UCX_TLS=xqp, host 1 -
 run_test ucp_am_bw "ucx_perftest UCP ucp_am_bw 64 KiB, UCX_TLS=xqp, host 1 -> host 0" test_ucp_am_bw
 run_test ece "ECE: host 1's UCX_XQP_ECE_LOCAL reaches host 0, host 0's answer comes back" test_ece_reaches_the_peer
 run_test ece_reject "ECE: host 0 requires options host 1 lacks -> rdma_reject_ece -> clear error" test_ece_required_options_rejected
+run_test mpi "Open MPI (pml ucx) over xqp, one rank per host: ping-pong to 4 MiB + allreduce" test_mpi
 # host 1's summary: its last words before the power loss
 if [[ $ME == 1 ]] && test_selected "$POWER_NAME"; then
     echo "host 1: $passed passed, $failed failed, $skipped skipped (before the power loss)"
