@@ -12,6 +12,8 @@
 #                     hosts meet through files there
 # and from make, as for suite.sh: XQP_BINDIR, XQP_PLUGIN, XQP_BUILDDIR.
 # XQP_HOSTS_ONLY=REGEX runs only the matching tests (on both hosts).
+# XQP_MPI_DEBUG=1 runs the Open MPI test with --debug-daemons (orted's
+# output, and mpirun's launch steps, in the test's log).
 #
 # Each test runs on both hosts; each host publishes its own status in the
 # shared directory and the test passes only when both passed. Host 0 prints
@@ -33,12 +35,11 @@ SYNC=$XQP_VM_SHARED
 WORK=$(mktemp -d /tmp/xqp-hosts.XXXXXX)
 export WORK
 trap 'rm -rf "$WORK"' EXIT
-# a sleep without a process (fork+exec is expensive in the testbed)
-mkfifo "$WORK/nap"
-exec {NAP}<>"$WORK/nap"
-nap() { read -r -t "$1" -u "$NAP" _ || :; }
+# PASS/FAIL/SKIP lines with wall times, counters, nap, wait_listen
+ONLY=${XQP_HOSTS_ONLY:-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-passed=0 failed=0 skipped=0
 CUR=""
 
 # signal NAME: tell the other host that NAME happened
@@ -63,17 +64,6 @@ await() {
     return 1
 }
 
-# wait_tcp_listen PORT: a local TCP listener on PORT (60 s)
-wait_tcp_listen() {
-    local _
-    for _ in $(seq 300); do
-        ss -ltnH "sport = :$1" 2>/dev/null | grep -q . && return 0
-        nap 0.2
-    done
-    echo "nothing listens on TCP port $1"
-    return 1
-}
-
 # wait_cm_listen PORT: a local rdma_cm listener on PORT (60 s)
 wait_cm_listen() {
     local _
@@ -88,32 +78,29 @@ wait_cm_listen() {
 
 # run_test ID NAME FUNCTION: FUNCTION runs on both hosts (it looks at $ME);
 # then each host publishes its status and waits for the other's.
+# A test passes when it passed on both hosts, is skipped when one side
+# skipped and the other passed or skipped, and fails otherwise (each host
+# shows its own side's output); the time is until both had finished.
+# A passing test's "result: " lines are shown under its PASS line.
 run_test() {
-    local id=$1 name=$2 fn=$3 rc=0 prc=""
-    if [[ -n ${XQP_HOSTS_ONLY:-} ]] && ! grep -Eq "$XQP_HOSTS_ONLY" <<< "$name"; then
-        return 0
-    fi
+    local id=$1 name=$2 fn=$3 rc=0 prc="" both n=3000
+    test_begin "$name" || return 0
     CUR=$id
     "$fn" > "$WORK/log" 2>&1 || rc=$?
     echo "$rc" > "$SYNC/$id.rc.$ME.tmp" && mv "$SYNC/$id.rc.$ME.tmp" "$SYNC/$id.rc.$ME"
-    local n=3000
     while ((n-- > 0)) && [[ ! -e $SYNC/$id.rc.$OTHER ]]; do
         nap 0.1
     done
     [[ -e $SYNC/$id.rc.$OTHER ]] && prc=$(< "$SYNC/$id.rc.$OTHER")
     if [[ $rc == 0 && $prc == 0 ]]; then
-        echo "PASS: $name"
-        sed -n 's/^result: /    /p' "$WORK/log"
-        passed=$((passed + 1))
+        both=0
     elif [[ $rc == 77 && ($prc == 77 || $prc == 0) ]] || [[ $rc == 0 && $prc == 77 ]]; then
-        echo "SKIP: $name ($(tail -n 1 "$WORK/log"))"
-        skipped=$((skipped + 1))
+        both=77
     else
-        echo "FAIL: $name (host $ME: exit $rc, host $OTHER: exit ${prc:-none after 300 s})"
-        sed "s/^/    | /" "$WORK/log" | tail -n 60
-        failed=$((failed + 1))
+        both=1
     fi
-    # host 0 also shows the successful side's output when the other failed
+    test_end "$name" "$both" "$WORK/log" "host $ME: exit $rc, host $OTHER: exit ${prc:-none after 300 s}"
+    [[ $both == 0 ]] && sed -n 's/^result: /    /p' "$WORK/log"
     return 0
 }
 
@@ -157,38 +144,61 @@ test_identity() {
 # ---------------------------------------------------------------- ucx_perftest over xqp
 PERF_PORT=13400
 
-# perf_cross PORT ARGS...: ucx_perftest UCT over xqp, server on host 0,
-# client on host 1 (ARGS: the client's test options)
+# perf_cross PORT LEVEL ARGS...: ucx_perftest over xqp, server on host 0,
+# client on host 1 (ARGS: the client's test options). LEVEL uct: UCT tests
+# on xqp ("-x xqp -d DEV:1" on both sides). LEVEL ucp: UCP tests with
+# UCX_TLS=xqp; UCP's log (UCX_LOG_LEVEL=info) must show the endpoint's
+# lanes on xqp on both hosts.
 perf_cross() {
-    local port=$1 rc=0
-    shift
-    local uct=(-x xqp -d "$DEV:1")
+    local port=$1 level=$2 rc=0 log both=() env=(UCX_WARN_UNUSED_ENV_VARS=n)
+    shift 2
+    if [[ $level == uct ]]; then
+        both=(-x xqp -d "$DEV:1")
+    else
+        env+=(UCX_TLS=xqp UCX_LOG_LEVEL=info)
+    fi
     if [[ $ME == 0 ]]; then
-        UCX_WARN_UNUSED_ENV_VARS=n timeout 180 "$RUN" ucx_perftest -p "$port" "${uct[@]}" \
-            > "$WORK/perf.server" 2>&1 &
+        log=$WORK/perf.server
+        env "${env[@]}" timeout 180 "$RUN" ucx_perftest -p "$port" "${both[@]}" > "$log" 2>&1 &
         local server=$!
-        wait_tcp_listen "$port" || { kill "$server"; wait "$server"; cat "$WORK/perf.server"; return 1; }
+        wait_listen "$port" || { kill "$server"; wait "$server"; cat "$log"; return 1; }
         signal listening
         wait "$server" || rc=$?
-        tail -n 20 "$WORK/perf.server"
+        tail -n 20 "$log"
         [[ $rc == 0 ]] || { echo "ucx_perftest server exited $rc"; return 1; }
     else
+        log=$WORK/perf.client
         await listening || return 1
-        UCX_WARN_UNUSED_ENV_VARS=n timeout 180 "$RUN" ucx_perftest "$XQP_VM_PEER_IP" -p "$port" \
-            "${uct[@]}" "$@" > "$WORK/perf.client" 2>&1 || rc=$?
-        cat "$WORK/perf.client"
+        env "${env[@]}" timeout 180 "$RUN" ucx_perftest "$XQP_VM_PEER_IP" -p "$port" \
+            "${both[@]}" "$@" > "$log" 2>&1 || rc=$?
+        cat "$log"
         [[ $rc == 0 ]] || { echo "ucx_perftest client exited $rc"; return 1; }
         # the final summary line with its numbers
-        grep -Eq '^Final: +[0-9]+ +[0-9.]+ ' "$WORK/perf.client" ||
-            { echo "no 'Final:' result line"; return 1; }
-        echo "result: ucx_perftest $* -> $(grep '^Final:' "$WORK/perf.client" | tr -s ' ')"
+        grep -Eq '^Final: +[0-9]+ +[0-9.]+ ' "$log" || { echo "no 'Final:' result line"; return 1; }
+        echo "result: ucx_perftest $* -> $(grep '^Final:' "$log" | tr -s ' ')"
+    fi
+    if [[ $level == ucp ]]; then
+        # UCX's own log names the lanes of each endpoint configuration
+        grep -Eq "$EP_CFG.*xqp/$DEV:1" "$log" ||
+            { echo "host $ME: UCP did not use xqp/$DEV:1"; grep -E "$EP_CFG" "$log"; return 1; }
+        echo "result: host $ME lanes: $(grep -m1 -E "$EP_CFG" "$log" | sed -E "s/.*($EP_CFG)/\1/")"
     fi
 }
 
-test_perf_put_bw() { perf_cross $((PERF_PORT + 1)) -t put_bw -s 65536 -D zcopy -n 300; }
-test_perf_am_lat() { perf_cross $((PERF_PORT + 2)) -t am_lat -s 8 -D short -n 1000; }
-test_perf_am_bw() { perf_cross $((PERF_PORT + 3)) -t am_bw -s 4096 -D bcopy -n 300; }
-test_perf_get() { perf_cross $((PERF_PORT + 4)) -t get -s 65536 -D zcopy -n 200; }
+test_perf_put_bw() { perf_cross $((PERF_PORT + 1)) uct -t put_bw -s 65536 -D zcopy -n 300; }
+test_perf_am_lat() { perf_cross $((PERF_PORT + 2)) uct -t am_lat -s 8 -D short -n 1000; }
+test_perf_am_bw() { perf_cross $((PERF_PORT + 3)) uct -t am_bw -s 4096 -D bcopy -n 300; }
+test_perf_get() { perf_cross $((PERF_PORT + 4)) uct -t get -s 65536 -D zcopy -n 200; }
+# UCP with UCX_TLS=xqp: eager and rendezvous tag matching, RMA, atomics,
+# stream, active messages
+test_ucp_tag_lat() { perf_cross $((PERF_PORT + 11)) ucp -t tag_lat -s 8 -n 1000; }
+test_ucp_tag_bw() { perf_cross $((PERF_PORT + 12)) ucp -t tag_bw -s 65536 -n 200; }
+test_ucp_tag_bw_rndv() { perf_cross $((PERF_PORT + 13)) ucp -t tag_bw -s 1048576 -n 20; }
+test_ucp_put_bw() { perf_cross $((PERF_PORT + 14)) ucp -t ucp_put_bw -s 65536 -n 200; }
+test_ucp_get() { perf_cross $((PERF_PORT + 15)) ucp -t ucp_get -s 65536 -n 100; }
+test_ucp_fadd() { perf_cross $((PERF_PORT + 16)) ucp -t ucp_fadd -n 500; }
+test_ucp_stream_bw() { perf_cross $((PERF_PORT + 17)) ucp -t stream_bw -s 65536 -n 200; }
+test_ucp_am_bw() { perf_cross $((PERF_PORT + 18)) ucp -t ucp_am_bw -s 65536 -n 200; }
 
 # ---------------------------------------------------------------- ECE between two kernels
 # ece_pair NAME "PASSIVE ENV" "PASSIVE ARGS" "ACTIVE ENV" "ACTIVE ARGS": an
@@ -238,6 +248,86 @@ test_ece_required_options_rejected() {
         grep -q '^active 0 state 6 attempts 1 .* reject 35 .*reject reason 35' "$WORK/reject.out" ||
             { echo "host 1 did not see the ECE reject"; return 1; }
     fi
+}
+
+# ---------------------------------------------------------------- Open MPI across the hosts
+# Two ranks, one per host, pml ucx over xqp: xqp_mpi_pingpong (ping-pong to
+# 4 MiB with every byte checked on both sides, then an allreduce). mpirun
+# runs on host 0 and starts its daemon (orted) on host 1 through a remote
+# shell of its own instead of ssh (there is none in the testbed): the agent
+# (plm_rsh_agent) writes orted's command line into the shared directory,
+# host 1 runs it and writes back its output and exit status, which the
+# agent passes on to mpirun.
+MPI_PROG=$XQP_BUILDDIR/test/integration/xqp_mpi_pingpong
+
+test_mpi() {
+    if [[ ! -x $MPI_PROG ]] || ! command -v mpirun > /dev/null; then
+        echo "Open MPI (openmpi-bin, mpicc) is not installed"
+        return 77
+    fi
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    local rc=0
+    # the two guests have the same host name (xqp-vm): each gets its own,
+    # known to both, for mpirun's host list and to tell the ranks apart
+    # (changes in the guests only: /etc is their tmpfs overlay)
+    echo "xqp-vm-h$ME" > /proc/sys/kernel/hostname
+    printf '%s xqp-vm-h%s\n' "$XQP_VM_IP" "$ME" "$XQP_VM_PEER_IP" "$OTHER" >> /etc/hosts
+    if [[ $ME == 1 ]]; then
+        await launch 180 || return 1
+        echo "host 1: running $(< "$SYNC/mpi.launch")"
+        bash -c "$(< "$SYNC/mpi.launch")" > "$SYNC/mpi.orted.out" 2>&1 || rc=$?
+        echo "$rc" > "$SYNC/mpi.orted.rc.tmp" && mv "$SYNC/mpi.orted.rc.tmp" "$SYNC/mpi.orted.rc"
+        cat "$SYNC/mpi.orted.out"
+        [[ $rc == 0 ]] || { echo "orted on host 1 exited $rc"; return 1; }
+        return 0
+    fi
+    # (where both hosts see it: orted checks that the agent exists)
+    local agent=$SYNC/mpi-agent
+    cat > "$agent" <<AGENT
+#!/bin/bash
+# plm_rsh_agent HOST COMMAND...: COMMAND on host 1, through $SYNC
+# (orted stays in the foreground, so that host 1 sees it end)
+[[ \$1 == xqp-vm-h$OTHER ]] || { echo "mpi-agent: unknown host \$1" >&2; exit 1; }
+shift
+cmd="\$*"
+echo "\${cmd/ --daemonize / }" > "$SYNC/mpi.launch.tmp" && mv "$SYNC/mpi.launch.tmp" "$SYNC/mpi.launch"
+echo "mpi-agent: \$*" >&2
+exec {nap}<> "$WORK/.nap"
+while [[ ! -e $SYNC/mpi.orted.rc ]]; do read -r -t 0.2 -u "\$nap" _ || :; done
+cat "$SYNC/mpi.orted.out" >&2
+exit "\$(< "$SYNC/mpi.orted.rc")"
+AGENT
+    chmod +x "$agent"
+    # shellcheck disable=SC2016 # (sh -c's script is single-quoted on purpose)
+    timeout 300 mpirun --allow-run-as-root --tag-output -np 2 --host "xqp-vm-h$ME:1,xqp-vm-h$OTHER:1" \
+        ${XQP_MPI_DEBUG:+--debug-daemons --mca plm_base_verbose 5} \
+        --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 \
+        --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
+        --mca btl '^vader,tcp,openib,uct' --mca osc '^ucx' \
+        -x UCX_TLS=xqp,self -x UCX_LOG_LEVEL=info -x UCX_WARN_UNUSED_ENV_VARS=n \
+        sh -c 'echo "rank $OMPI_COMM_WORLD_RANK on $(cat /proc/sys/kernel/hostname)"
+               export LD_PRELOAD=$1; exec "$0"' "$MPI_PROG" "$XQP_PLUGIN" \
+        > "$WORK/mpi.out" 2>&1 || rc=$?
+    cat "$WORK/mpi.out"
+    [[ $rc == 0 ]] || { echo "mpirun exited $rc"; return 1; }
+    # --tag-output: every line starts with [JOB,RANK]<stdout|stderr>:
+    grep -Eq '^\[[0-9]+,0\]<stdout>:mpi ok' "$WORK/mpi.out" || { echo "no 'mpi ok' from rank 0"; return 1; }
+    # one rank on each host
+    if ! grep -Eq '^\[[0-9]+,0\]<stdout>:rank 0 on xqp-vm-h0$' "$WORK/mpi.out" ||
+       ! grep -Eq '^\[[0-9]+,1\]<stdout>:rank 1 on xqp-vm-h1$' "$WORK/mpi.out"; then
+        echo "the ranks did not run one on each host"
+        return 1
+    fi
+    # UCX_TLS=xqp,self: only xqp reaches the other host; UCP's log names
+    # xqp among each rank's tag-matching lanes
+    local r
+    for r in 0 1; do
+        grep -Eq "^\[[0-9]+,$r\]<std(out|err)>:.*$EP_CFG.*tag\(.*xqp/$DEV:1" "$WORK/mpi.out" ||
+            { echo "rank $r: UCP's tag lane is not on xqp/$DEV:1"; return 1; }
+        echo "result: rank $r lanes: $(grep -m1 -E "^\[[0-9]+,$r\]<std(out|err)>:.*$EP_CFG.*tag\(.*xqp/" \
+                                       "$WORK/mpi.out" | sed -E "s/.*($EP_CFG)/\1/")"
+    done
+    echo "result: $(grep -m1 -E '^\[[0-9]+,0\]<stdout>:mpi ok' "$WORK/mpi.out" | sed 's/^[^:]*://')"
 }
 
 # ---------------------------------------------------------------- power loss
@@ -328,32 +418,18 @@ if [[ $POWER_LOSS_XQP == 1 ]]; then
     POWER_NAME="power loss: host 1's QEMU killed while host 0 streams to it over xqp; the endpoint fails, a new one connects"
 fi
 run_power_loss() {
-    local name=$POWER_NAME fn=test_power_off
+    local name=$POWER_NAME fn=test_power_off rc=0
     [[ $POWER_LOSS_XQP == 1 ]] && fn=test_power_loss_xqp
-    if [[ -n ${XQP_HOSTS_ONLY:-} ]] && ! grep -Eq "$XQP_HOSTS_ONLY" <<< "$name"; then
-        return 0
-    fi
+    test_begin "$name" || return 0
     CUR=power
-    local rc=0
     if [[ $ME == 1 ]]; then
         echo "host 1: waiting to be powered off"
-        power_victim
-        echo "FAIL: $name (host 1 was not powered off)"
-        failed=$((failed + 1))
+        power_victim > "$WORK/log" 2>&1
+        test_end "$name" 1 "$WORK/log" "host 1 was not powered off"
         return 0
     fi
     "$fn" > "$WORK/log" 2>&1 || rc=$?
-    if [[ $rc == 0 ]]; then
-        echo "PASS: $name"
-        passed=$((passed + 1))
-    elif [[ $rc == 77 ]]; then
-        echo "SKIP: $name ($(tail -n 1 "$WORK/log"))"
-        skipped=$((skipped + 1))
-    else
-        echo "FAIL: $name (host 0: exit $rc)"
-        sed "s/^/    | /" "$WORK/log" | tail -n 60
-        failed=$((failed + 1))
-    fi
+    test_end "$name" "$rc" "$WORK/log" "host 0: exit $rc"
 }
 
 echo "host $ME: $XQP_VM_IP on $DEV, peer host $OTHER at $XQP_VM_PEER_IP"
@@ -363,12 +439,20 @@ run_test put_bw "ucx_perftest UCT put_bw 64 KiB zcopy over xqp, host 1 -> host 0
 run_test am_lat "ucx_perftest UCT am_lat 8 B short over xqp between the hosts" test_perf_am_lat
 run_test am_bw "ucx_perftest UCT am_bw 4 KiB bcopy over xqp, host 1 -> host 0" test_perf_am_bw
 run_test get "ucx_perftest UCT get 64 KiB zcopy over xqp, host 1 <- host 0" test_perf_get
+run_test ucp_tag_lat "ucx_perftest UCP tag_lat 8 B, UCX_TLS=xqp, between the hosts" test_ucp_tag_lat
+run_test ucp_tag_bw "ucx_perftest UCP tag_bw 64 KiB, UCX_TLS=xqp, host 1 -> host 0" test_ucp_tag_bw
+run_test ucp_tag_rndv "ucx_perftest UCP tag_bw 1 MiB (rendezvous), UCX_TLS=xqp, host 1 -> host 0" test_ucp_tag_bw_rndv
+run_test ucp_put_bw "ucx_perftest UCP ucp_put_bw 64 KiB, UCX_TLS=xqp, host 1 -> host 0" test_ucp_put_bw
+run_test ucp_get "ucx_perftest UCP ucp_get 64 KiB, UCX_TLS=xqp, host 1 <- host 0" test_ucp_get
+run_test ucp_fadd "ucx_perftest UCP ucp_fadd, UCX_TLS=xqp, host 1 -> host 0" test_ucp_fadd
+run_test ucp_stream_bw "ucx_perftest UCP stream_bw 64 KiB, UCX_TLS=xqp, host 1 -> host 0" test_ucp_stream_bw
+run_test ucp_am_bw "ucx_perftest UCP ucp_am_bw 64 KiB, UCX_TLS=xqp, host 1 -> host 0" test_ucp_am_bw
 run_test ece "ECE: host 1's UCX_XQP_ECE_LOCAL reaches host 0, host 0's answer comes back" test_ece_reaches_the_peer
 run_test ece_reject "ECE: host 0 requires options host 1 lacks -> rdma_reject_ece -> clear error" test_ece_required_options_rejected
+run_test mpi "Open MPI (pml ucx) over xqp, one rank per host: ping-pong to 4 MiB + allreduce" test_mpi
 # host 1's summary: its last words before the power loss
-if [[ $ME == 1 ]] && grep -Eq "${XQP_HOSTS_ONLY:-.}" <<< "$POWER_NAME"; then
+if [[ $ME == 1 ]] && test_selected "$POWER_NAME"; then
     echo "host 1: $passed passed, $failed failed, $skipped skipped (before the power loss)"
 fi
 run_power_loss
-echo "host $ME: $passed passed, $failed failed, $skipped skipped"
-[[ $failed == 0 ]]
+test_summary "host $ME"

@@ -13,7 +13,8 @@
 # XQP_SUITE_ONLY=REGEX runs only the tests whose names match.
 # XQP_EXPECT_DEVICE names the RDMA device that must carry xqp (default: the
 # testbed's XQP_VM_RDMA_DEV, else the first device ibv_devices lists).
-# Prints one PASS/FAIL/SKIP line per test and ends with "N passed, N failed".
+# Prints one PASS/FAIL/SKIP line per test, PASS and FAIL with the test's wall
+# time (lib.sh), and ends with "integration: N passed, N failed, N skipped".
 set -u
 : "${XQP_BINDIR:?}" "${XQP_PLUGIN:?}" "${XQP_BUILDDIR:?}" "${XQP_SRCDIR:?}" "${XQP_UCX_VERSION:?}"
 
@@ -44,37 +45,25 @@ if [ -z "$DEV" ]; then
     DEV=$(ibv_devices 2>/dev/null | awk 'NR > 2 { print $1; exit }')
 fi
 export XQP_EXPECT_DEVICE=$DEV
-# UCP's log line of an endpoint configuration (UCX_LOG_LEVEL=info): "ep_cfg[N]:
-# tag(...)" before UCX 1.22, "... cfg#N tag(...)" since
-EP_CFG='(ep_cfg\[[0-9]+\]|cfg#[0-9]+)'
 # loopback for out-of-band sockets; the guest's own address for RDMA
 OOB_HOST=127.0.0.1
 
 WORK=$(mktemp -d /tmp/xqp-suite.XXXXXX)
 export WORK
 trap 'rm -rf "$WORK"' EXIT
-passed=0 failed=0 skipped=0
+# PASS/FAIL/SKIP lines with wall times, counters, nap, wait_listen
+ONLY=${XQP_SUITE_ONLY:-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# run_test NAME COMMAND...: runs COMMAND (unless XQP_SUITE_ONLY=REGEX, for
+# developers, leaves NAME out) and reports it
 run_test() {
-    local name=$1
+    local name=$1 rc=0
     shift
-    # XQP_SUITE_ONLY=REGEX runs only the matching tests (for developers)
-    if [ -n "${XQP_SUITE_ONLY:-}" ] && ! echo "$name" | grep -Eq "$XQP_SUITE_ONLY"; then
-        return 0
-    fi
-    local rc=0
+    test_begin "$name" || return 0
     "$@" >"$WORK/log" 2>&1 || rc=$?
-    if [ "$rc" = 0 ]; then
-        echo "PASS: $name"
-        passed=$((passed + 1))
-    elif [ "$rc" = 77 ]; then
-        echo "SKIP: $name ($(tail -n 1 "$WORK/log"))"
-        skipped=$((skipped + 1))
-    else
-        echo "FAIL: $name (exit $rc)"
-        sed 's/^/    | /' "$WORK/log" | tail -n 60
-        failed=$((failed + 1))
-    fi
+    test_end "$name" "$rc" "$WORK/log"
 }
 
 need_device() {
@@ -543,15 +532,6 @@ test_bad_config_values_are_named() (
 )
 
 # ---------------------------------------------------------------- data path
-# wait_listen PORT: until a TCP listener is on PORT (at most 60 s)
-wait_listen() {
-    for _ in $(seq 300); do
-        ss -ltnH "sport = :$1" 2>/dev/null | grep -q . && return 0
-        sleep 0.2
-    done
-    return 1
-}
-
 # perf_pair ENV ARGS...: ucx_perftest server + client through xqp-run
 perf_pair() {
     local envs=$1
@@ -919,5 +899,4 @@ run_test "device removed while connected (rdma link delete): clean failure, no c
 run_test "device removal loop: ${XQP_REMOVAL_ROUNDS:-20} rounds of rdma link delete under ucx_perftest load, a survivor reconnects each time" test_device_removal_loop
 cat "$WORK/bench.txt" 2>/dev/null
 
-echo "integration: $passed passed, $failed failed, $skipped skipped"
-[ "$failed" = 0 ]
+test_summary integration

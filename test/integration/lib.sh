@@ -1,0 +1,82 @@
+# Sourced by the integration scripts (suite.sh, hosts.sh): how a test's
+# result is reported, and small helpers they share. Needs bash and, before
+# it is sourced, WORK (the script's scratch directory).
+#
+# One line per test:
+#   PASS: NAME (12 s)
+#   SKIP: NAME (REASON)            REASON: the last line of the test's output
+#   FAIL: NAME (DETAIL, 12 s)      then the last 60 lines of its output, indented
+# where the time is the test's wall time in seconds (rounded), and a
+# summary at the end: "PREFIX: N passed, N failed, N skipped".
+# ONLY (an extended regular expression, as for grep -E, matched with
+# bash's =~; empty: everything) selects the tests that run; each script
+# sets it from its own variable (XQP_SUITE_ONLY, XQP_HOSTS_ONLY).
+
+: "${WORK:?lib.sh: WORK must be set}"
+
+passed=0 failed=0 skipped=0
+_test_t0=0
+
+# _now_us: the wall clock in microseconds, without a process
+_now_us() { _us=${EPOCHREALTIME/[.,]/}; }
+
+# test_selected NAME: false when ONLY leaves the test out
+test_selected() { [[ -z ${ONLY:-} || $1 =~ $ONLY ]]; }
+
+# test_begin NAME: false when ONLY leaves the test out; else starts its clock
+test_begin() {
+    test_selected "$1" || return 1
+    _now_us
+    _test_t0=$_us
+}
+
+# test_seconds: the wall time since test_begin, in whole seconds
+test_seconds() {
+    _now_us
+    echo $(((_us - _test_t0 + 500000) / 1000000))
+}
+
+# test_end NAME STATUS LOG [DETAIL]: reports the test that test_begin
+# started: PASS when STATUS is 0, SKIP when it is 77, else FAIL with DETAIL
+# (default "exit STATUS") and the tail of LOG
+test_end() {
+    local name=$1 rc=$2 log=$3 detail=${4:-exit $2} s
+    s=$(test_seconds)
+    if [[ $rc == 0 ]]; then
+        echo "PASS: $name ($s s)"
+        passed=$((passed + 1))
+    elif [[ $rc == 77 ]]; then
+        echo "SKIP: $name ($(tail -n 1 "$log"))"
+        skipped=$((skipped + 1))
+    else
+        echo "FAIL: $name ($detail, $s s)"
+        sed 's/^/    | /' "$log" | tail -n 60
+        failed=$((failed + 1))
+    fi
+}
+
+# test_summary PREFIX: the counts; false when a test failed
+test_summary() {
+    echo "$1: $passed passed, $failed failed, $skipped skipped"
+    [[ $failed == 0 ]]
+}
+
+# UCP's log line of an endpoint configuration (UCX_LOG_LEVEL=info): "ep_cfg[N]:
+# tag(...)" before UCX 1.22, "... cfg#N tag(...)" since
+EP_CFG='(ep_cfg\[[0-9]+\]|cfg#[0-9]+)'
+
+# nap SECONDS: a sleep without a process (fork+exec is expensive in the testbed)
+mkfifo "$WORK/.nap"
+exec {_nap_fd}<>"$WORK/.nap"
+nap() { read -r -t "$1" -u "$_nap_fd" _ || :; }
+
+# wait_listen PORT: until a local TCP listener is on PORT (at most 60 s)
+wait_listen() {
+    local _
+    for _ in $(seq 300); do
+        ss -ltnH "sport = :$1" 2>/dev/null | grep -q . && return 0
+        nap 0.2
+    done
+    echo "nothing listens on TCP port $1"
+    return 1
+}
