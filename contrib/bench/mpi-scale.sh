@@ -9,8 +9,9 @@
 # Reports per transport the time from MPI_Init to "every pair exchanged"
 # and the RC QPs each rank holds at the end (`rdma resource show qp`).
 # Goals: no more QPs per rank than rc_verbs (one connection per pair of
-# ranks), and the time <= 1.00 x rc_verbs'. Shared memory is left out (UCX_TLS names the transport, self
-# for a rank's messages to itself), so that every pair goes through DEVICE.
+# ranks), and the time <= 1.00 x rc_verbs'. Shared memory is left out
+# (UCX_TLS names the transport, self for a rank's messages to itself), so
+# that every pair goes through DEVICE.
 # Writes OUTDIR/mpi-scale.tsv. Fails only when a run fails, never on speed.
 set -u
 . "$(dirname "$0")/lib.sh"
