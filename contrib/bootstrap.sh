@@ -208,6 +208,7 @@ case "$ACTION" in
         rm -rf "$rpmtop"
         log "benchmarks (make bench): reported, never fatal"
         XQP_BENCH_ROUNDS=${XQP_BENCH_ROUNDS:-5} XQP_BENCH_MPI_ROUNDS=${XQP_BENCH_MPI_ROUNDS:-1} \
+            XQP_BENCH_MR_ROUNDS=${XQP_BENCH_MR_ROUNDS:-2} \
             make -C "$BUILD" bench || log "the benchmarks could not measure everything"
         log "make distcheck"
         make -C "$BUILD" -j"$JOBS" distcheck >"$BUILD/distcheck.log" 2>&1 ||
