@@ -30,7 +30,8 @@ typedef enum {
     XQP_CONN_ACCEPTING,
     XQP_CONN_CONNECTED,
     XQP_CONN_FAILED,
-    XQP_CONN_CLOSED
+    XQP_CONN_CLOSED,
+    XQP_CONN_AWAITING /* sharing: the peer connects to us at the same time */
 } xqp_conn_state_t;
 
 typedef struct {
@@ -73,6 +74,12 @@ XQP_API int xqp_iface_passive_info(uct_iface_h iface, unsigned index, xqp_wireup
 
 /* How many passive connection requests the interface has handled. */
 XQP_API int xqp_iface_passive_count(uct_iface_h iface);
+
+/* How many connections the interface holds now that no endpoint owns: the
+ * ones it accepted that are not closed yet, and, with UCX_XQP_SHARE, those
+ * that outlived their endpoint because the peer still used them.
+ * -EINVAL for a foreign interface. */
+XQP_API int xqp_iface_connection_count(uct_iface_h iface);
 
 #ifdef __cplusplus
 }

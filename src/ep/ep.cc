@@ -37,159 +37,6 @@ static uct_pending_req_t *pending_req(ucs_queue_elem_t *elem)
                                                  offsetof(uct_pending_req_t, priv));
 }
 
-Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
-    : handle_{}, iface_(iface), dst_(dst),
-      conn_(iface->cm(), iface->ece_provider(), iface->wireup_config(), *this,
-            iface->next_conn_id())
-{
-    ucs_queue_head_init(&pending_);
-    tx_queue_len_            = iface->tx_queue_len();
-    tx_moderation_           = iface->tx_moderation();
-    sig_countdown_           = tx_moderation_;
-    max_inline_              = iface->max_inline();
-    put_inl_wr_.sg_list      = &put_inl_sge_;
-    put_inl_wr_.num_sge      = 1;
-    am_inl_wr_.sg_list       = am_inl_sge_;
-    am_inl_sge_[0].length    = sizeof(uint64_t); /* the AM header */
-    handle_.owner            = this;
-    ucs_status_t status = UCS_CLASS_INIT(uct_base_ep_t, &handle_.super, iface->base());
-    if (status != UCS_OK) {
-        throw Error(status, "cannot initialize the base endpoint");
-    }
-    iface::WireupGuard guard(*iface_);
-    status = iface_->arm_timer(); /* it times the attempts out */
-    if (status != UCS_OK) {
-        UCS_CLASS_CLEANUP(uct_base_ep_t, &handle_.super);
-        throw Error(status, "cannot add the connection timer");
-    }
-    conn_.connect(dst_);
-    iface_->add_ep(this); /* the interface's timer walks its endpoints */
-}
-
-Endpoint::~Endpoint()
-{
-    if (deferring()) {
-        fail_deferred(UCS_ERR_CANCELED); /* never on the wire */
-    }
-    if ((unsignaled() > 0) && (outstanding() > 0) && (state() == State::Connected) &&
-        !has_tx_resources()) {
-        /* the marker below needs a send queue slot, a TxOp and a credit:
-         * signaled requests in flight (this endpoint's, or near the
-         * interface's bound anybody's) return them */
-        iface_->reap_until([this] { return has_tx_resources() || (state() != State::Connected); });
-    }
-    {
-        iface::WireupGuard guard(*iface_);
-        destroying_ = true;
-        iface_->remove_ep(this); /* also from the dispatch lists */
-        /* after this no rdma_cm event or timer reaches the connection: the
-         * async thread may run again as soon as the lock is released */
-        conn_.close();
-        /* requests still in flight end with a flush error: collect them before
-         * the QP (owned by conn_) is destroyed. Unsignaled ones that already
-         * completed report nothing: a marker after them does. */
-        if ((outstanding() > 0) && (qp() != nullptr)) {
-            if ((unsignaled() > 0) && has_tx_resources()) {
-                post_marker(nullptr); /* on a failed QP it completes with a flush error */
-            }
-            conn_.retire_qp();
-        }
-    }
-    iface_->drain(this);
-    if (outstanding() > 0) {
-        /* what never completed (the device is gone, or the drain timed
-         * out) no longer counts against the interface */
-        iface_->tx_completed(outstanding());
-        completed_sn_ = posted_sn_;
-    }
-    for (auto &[sn, comp] : flushes_) {
-        uct_invoke_completion(comp, UCS_ERR_CANCELED);
-    }
-    flushes_.clear();
-    /* conn_ is destroyed after this body, still before the base class */
-    UCS_CLASS_CLEANUP(uct_base_ep_t, &handle_.super);
-}
-
-Endpoint *Endpoint::from(uct_ep_h ep)
-{
-    if ((ep == nullptr) || (iface::Iface::from(ep->iface) == nullptr)) {
-        return nullptr;
-    }
-    return from_unchecked(ep);
-}
-
-/* The endpoint's identity is its destination, whatever the state of its
- * connection: UCP asks to find the lane that leads to an address. */
-bool Endpoint::connects_to(const sockaddr_storage &dst) const
-{
-    if (dst.ss_family != dst_.ss_family) {
-        return false;
-    }
-    if (dst.ss_family == AF_INET) {
-        const auto &a = reinterpret_cast<const sockaddr_in &>(dst);
-        const auto &b = reinterpret_cast<const sockaddr_in &>(dst_);
-        return (a.sin_port == b.sin_port) && (a.sin_addr.s_addr == b.sin_addr.s_addr);
-    }
-    const auto &a = reinterpret_cast<const sockaddr_in6 &>(dst);
-    const auto &b = reinterpret_cast<const sockaddr_in6 &>(dst_);
-    return (a.sin6_port == b.sin6_port) &&
-           (std::memcmp(&a.sin6_addr, &b.sin6_addr, sizeof(a.sin6_addr)) == 0);
-}
-
-/* ------------------------------------------------------------------ wireup */
-
-void Endpoint::on_established(wireup::Connection &conn)
-{
-    qp_ = conn.qp();
-    state_.store(State::Connected, std::memory_order_release);
-    schedule_progress();
-}
-
-void Endpoint::on_failed(wireup::Connection &conn)
-{
-    fail_status_ = conn.status();
-    state_.store(State::Failed, std::memory_order_release);
-    ucs_debug("xqp: ep %p to %s failed: %s", this, iface::to_string(dst_).c_str(),
-              conn.error().c_str());
-    schedule_progress();
-}
-
-void Endpoint::on_closed(wireup::Connection &)
-{
-    /* the peer disconnected (or died: the kernel disconnects for it); the
-     * connection retired the QP, so requests in flight end now. A peer
-     * that is gone is UCS_ERR_ENDPOINT_TIMEOUT, as uct_tcp and rc_verbs
-     * report it: UCP's failed lanes answer every later request with that
-     * status, and the error handler must have seen the same one. */
-    fail_status_ = UCS_ERR_ENDPOINT_TIMEOUT;
-    state_.store(State::Failed, std::memory_order_release);
-    schedule_progress();
-}
-
-void Endpoint::inject_failure(ucs_status_t status, unsigned hold_us)
-{
-    iface::WireupGuard guard(*iface_);
-    if (!destroying_) {
-        conn_.inject_failure(status, "failure injected (test hook)", hold_us);
-    }
-}
-
-void Endpoint::on_log(wireup::Connection &, const std::string &line)
-{
-    ucs_debug("xqp: ep %p to %s: %s", this, iface::to_string(dst_).c_str(), line.c_str());
-}
-
-void Endpoint::schedule_progress()
-{
-    /* wireup lock held (async thread, or completion_error): pending requests
-     * and error handlers run in the application's progress, where the
-     * interface dispatches the endpoints listed here. A dying endpoint
-     * schedules nothing. */
-    if (!destroying_) {
-        iface_->schedule_dispatch(this);
-    }
-}
-
 unsigned Endpoint::dispatch()
 {
     unsigned count = 0;
@@ -301,16 +148,20 @@ ucs_status_t Endpoint::cancel(uct_completion_t *comp)
             return status;
         }
     }
+    bool completes;
     {
         iface::WireupGuard guard(*iface_);
         if (state() == State::Connected) {
             fail_status_    = UCS_ERR_CANCELED;
             error_reported_ = true;
             state_.store(State::Failed, std::memory_order_release);
-            conn_.retire_qp();
+            conn_->retire_qp();
         }
+        /* under the lock: while connecting, the async thread may swap the
+         * connection (sharing, take_accepted) */
+        completes = qp_completes();
     }
-    if ((outstanding() == 0) || !qp_completes()) {
+    if ((outstanding() == 0) || !completes) {
         return UCS_OK;
     }
     /* the QP in the error state flushes whatever it has not completed */
@@ -361,12 +212,6 @@ void Endpoint::pending_purge(uct_pending_purge_callback_t cb, void *arg)
         }
     }
     update_queued();
-}
-
-void Endpoint::wireup_info(xqp_wireup_info_t *info) const
-{
-    iface::WireupGuard guard(*iface_);
-    iface::fill_wireup_info(conn_, info);
 }
 
 /* ------------------------------------------------------------------ data path */
@@ -447,6 +292,16 @@ ucs_status_t Endpoint::post_marker(uct_completion_t *comp)
     op->comp        = comp;
     ibv_send_wr wr  = {};
     set_rdma(wr, IBV_WR_RDMA_WRITE, 0, 0);
+    return post(&wr, op);
+}
+
+ucs_status_t Endpoint::post_release()
+{
+    iface::TxOp *op = iface_->get_op();
+    ibv_send_wr wr;
+    init_wr(wr, nullptr, 0);
+    wr.opcode   = IBV_WR_SEND_WITH_IMM;
+    wr.imm_data = htonl(iface::kReleaseImm);
     return post(&wr, op);
 }
 

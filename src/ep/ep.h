@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <deque>
+#include <memory>
 #include <vector>
 
 namespace xqp::ep {
@@ -62,9 +63,9 @@ public:
     unsigned outstanding() const { return static_cast<unsigned>(posted_sn_ - completed_sn_); }
     /* completions may still come for what was posted (main thread, after
      * conn_.close(): the connection no longer changes under it) */
-    bool qp_completes() const { return conn_.qp_completes(); }
+    bool qp_completes() const { return conn_->qp_completes(); }
     /* wireup lock held: its connection is being attempted */
-    bool attempting() const { return conn_.attempting(); }
+    bool attempting() const { return conn_->attempting(); }
 
     /* data operations (main thread) */
     ucs_status_t put_short(const void *buffer, unsigned length, uint64_t remote_addr,
@@ -109,6 +110,15 @@ public:
         return ((status == UCS_ERR_CANCELED) && (state() == State::Failed)) ? fail_status_ :
                                                                               status;
     }
+    /* sharing (wireup lock held): this endpoint's own attempt toward the
+     * interface at key, with pair number pair_sn, is in progress */
+    bool crosses(const wireup::ListenerKey &key, uint32_t pair_sn) const;
+    /* sharing (wireup lock held): the endpoint drops its own attempt and
+     * sends on conn, which its interface accepted from the peer */
+    void take_accepted(wireup::Connection *conn);
+    /* the peer said it no longer uses this endpoint's shared connection
+     * (main thread): the endpoint disconnects it when it is destroyed */
+    void on_peer_release() { peer_released_ = true; }
     /* test hook (xqp_ep_inject_failure): fails the connection as an rdma_cm
      * error on the async thread would; callable from any thread */
     void inject_failure(ucs_status_t status, unsigned hold_us);
@@ -124,7 +134,7 @@ public:
     /* whether this endpoint connects to the listener at dst */
     bool connects_to(const sockaddr_storage &dst) const;
     /* from the interface's timer (async thread, wireup lock held) */
-    void check_timeout(double now) { conn_.check_timeout(now); }
+    void check_timeout(double now) { conn_->check_timeout(now); }
 
     /* wireup::ConnectionOwner (called with the wireup lock held) */
     void on_established(wireup::Connection &conn) override;
@@ -216,6 +226,12 @@ private:
     ucs_status_t post_failed(int ret, iface::TxOp *op);
     /* a signaled zero-length RDMA WRITE: completes the requests before it */
     ucs_status_t post_marker(uct_completion_t *comp);
+    /* the destructor's two ways: the connection ends with the endpoint, or
+     * (shared, and the peer may still send on it) it outlives it */
+    void close_connection();
+    void hand_over_connection();
+    /* the release message (iface/sharing.cc), signaled */
+    ucs_status_t post_release();
     /* the inline operations after their checks; the _slow variants, out of
      * line, run tx_check_slow first, so that the common case saves no
      * registers for a call it does not make */
@@ -236,7 +252,13 @@ private:
     Handle              handle_;
     iface::Iface       *iface_;
     sockaddr_storage    dst_;
-    wireup::Connection  conn_;
+    /* the connection the endpoint sends on: its own (own_), or, shared, one
+     * its interface accepted (bound_) */
+    std::unique_ptr<wireup::Connection> own_;
+    wireup::Connection *conn_  = nullptr;
+    bool                bound_ = false;
+    /* the peer stopped using the shared connection (main thread) */
+    bool                peer_released_ = false;
     /* written once, under the wireup lock, before state_ leaves Connecting
      * (release); read by the data path after it sees that (acquire) */
     ibv_qp             *qp_ = nullptr;

@@ -73,14 +73,7 @@ void Iface::progress_cm_events()
 
         try {
             if (event.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-                auto conn = std::make_unique<wireup::Connection>(*cm_, ece_provider_,
-                                                                 wireup_config_, *this, 0);
-                auto *c   = conn.get();
-                passive_slots_.push_back(c);
-                passive_infos_.push_back(xqp_wireup_info_t{});
-                passive_.push_back(std::move(conn));
-                c->accept_request(event);
-                record_passive(*c);
+                on_connect_request(event);
             } else if (for_listener) {
                 ucs_debug("xqp: %s listener: %s", resource_name_.c_str(),
                           rdma_event_str(event.type));
@@ -99,25 +92,53 @@ void Iface::progress_cm_events()
                       rdma_event_str(event.type), e.what());
         }
 
-        /* passive connections that ended are destroyed here, never inside
+        /* held connections that ended are destroyed here, never inside
          * their own callbacks */
-        for (auto it = passive_.begin(); it != passive_.end();) {
-            const auto state = (*it)->state();
-            if ((state == wireup::ConnState::Failed) || (state == wireup::ConnState::Closed)) {
-                for (auto &slot : passive_slots_) {
-                    if (slot == it->get()) {
-                        slot = nullptr;
-                    }
-                }
-                it = passive_.erase(it);
-            } else {
-                ++it;
-            }
-        }
+        reap_held();
     }
     if ((errno != EAGAIN) && (errno != EWOULDBLOCK)) {
         ucs_error("xqp: %s: rdma_get_cm_event: %s", resource_name_.c_str(), strerror(errno));
     }
+}
+
+void Iface::on_connect_request(const wireup::CmEvent &event)
+{
+    /* sharing: a request from a peer our endpoint is connecting to at the
+     * same time (sharing.cc) */
+    ep::Endpoint *crossing = nullptr;
+    if (sharing()) {
+        const auto hello = wireup::decode(event.private_data.data(), event.private_data.size(),
+                                          nullptr);
+        if (hello && (hello->kind == wireup::Hello::Kind::Request) && hello->share) {
+            crossing = crossing_ep(*hello);
+            if ((crossing != nullptr) && (wireup_config_.listener < hello->listener)) {
+                /* ours is kept: the peer's endpoint waits for it */
+                ucs_debug("xqp: %s: both sides connect (pair %u with %s): keeping ours",
+                          resource_name_.c_str(), hello->pair_sn,
+                          wireup::to_string(hello->listener).c_str());
+                const int err = wireup::yield_request(*cm_, wireup_config_, event, *hello);
+                if (err != 0) {
+                    ucs_debug("xqp: %s: rdma_reject: %s", resource_name_.c_str(),
+                              strerror(err));
+                }
+                return;
+            }
+        }
+    }
+    auto conn = std::make_unique<wireup::Connection>(*cm_, ece_provider_, wireup_config_,
+                                                     *this, 0);
+    auto *c   = conn.get();
+    passive_slots_.push_back(c);
+    passive_infos_.push_back(xqp_wireup_info_t{});
+    passive_.push_back(Held{std::move(conn)});
+    if (crossing != nullptr) {
+        /* the peer's is kept: our endpoint drops its own attempt and sends
+         * on this one */
+        passive_.back().user = crossing;
+        crossing->take_accepted(c);
+    }
+    c->accept_request(event);
+    record_passive(*c);
 }
 
 void Iface::on_device_removal()
@@ -135,6 +156,7 @@ void fill_wireup_info(const wireup::Connection &conn, xqp_wireup_info_t *info)
 {
     std::memset(info, 0, sizeof(*info));
     static_assert(int(wireup::ConnState::Closed) == XQP_CONN_CLOSED, "states match");
+    static_assert(int(wireup::ConnState::Awaiting) == XQP_CONN_AWAITING, "states match");
     info->state         = static_cast<int>(conn.state());
     info->attempts      = conn.attempts();
     info->status        = conn.status();
@@ -162,21 +184,31 @@ void Iface::record_passive(wireup::Connection &conn)
     }
 }
 
+/* what a held connection reports goes to the endpoint that sends on it */
 void Iface::on_established(wireup::Connection &conn)
 {
     record_passive(conn);
+    if (Held *held = held_of(&conn); (held != nullptr) && (held->user != nullptr)) {
+        held->user->on_established(conn);
+    }
 }
 
 void Iface::on_failed(wireup::Connection &conn)
 {
     record_passive(conn);
-    ucs_debug("xqp: %s: passive connection failed: %s", resource_name_.c_str(),
-              conn.error().c_str());
+    ucs_debug("xqp: %s: %s connection failed: %s", resource_name_.c_str(),
+              conn.active() ? "released" : "passive", conn.error().c_str());
+    if (Held *held = held_of(&conn); (held != nullptr) && (held->user != nullptr)) {
+        held->user->on_failed(conn);
+    }
 }
 
 void Iface::on_closed(wireup::Connection &conn)
 {
     record_passive(conn);
+    if (Held *held = held_of(&conn); (held != nullptr) && (held->user != nullptr)) {
+        held->user->on_closed(conn);
+    }
 }
 
 void Iface::on_log(wireup::Connection &, const std::string &line)

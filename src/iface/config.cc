@@ -85,6 +85,17 @@ ucs_config_field_t config_table[] = {
      "Largest payload sent inline in the work request (short put/AM).",
      ucs_offsetof(Config, max_inline), UCS_CONFIG_TYPE_MEMUNITS},
 
+    {"SHARE", "y",
+     "Share one RC connection between the two endpoints a pair of interfaces\n"
+     "create toward each other (one QP per peer instead of two): an endpoint\n"
+     "to an interface this one accepted a connection from sends on it, and two\n"
+     "interfaces that connect to each other at once keep one of the two\n"
+     "connections. Both sides must enable it; a shared connection stays until\n"
+     "neither side uses it. With sharing the private data hellos are of\n"
+     "version 2, which xqp builds from before sharing reject: set 'n' to talk\n"
+     "to those.",
+     ucs_offsetof(Config, share), UCS_CONFIG_TYPE_BOOL},
+
     {}
 };
 

@@ -279,6 +279,7 @@ void Iface::configure(const Config &config, const ibv_device_attr &dev_attr,
     wireup_config_.route_timeout_ms = to_timeout_ms("ROUTE_RESOLVE_TIMEOUT",
                                                     config.route_resolve_timeout);
     wireup_config_.max_retries      = config.connect_retries;
+    wireup_config_.share            = (config.share != 0);
     wireup_config_.connect_timeout_s = to_timeout_ms("CONNECT_TIMEOUT", config.connect_timeout) / 1000.0;
     std::random_device rd;
     wireup_config_.iface_uuid  = (uint64_t(rd()) << 32) | rd();
@@ -442,6 +443,7 @@ void Iface::open_listener(const std::string &device, unsigned port, const Config
     } else {
         reinterpret_cast<sockaddr_in6 *>(&listen_addr_)->sin6_port = listen_port;
     }
+    wireup_config_.listener = wireup::listener_key(listen_addr_); /* what hellos carry */
 }
 
 /* the UCT base interface, then the async handler of rdma_cm events (the

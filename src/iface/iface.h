@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <list>
+#include <map>
 #include <memory>
 #include <atomic>
 #include <mutex>
@@ -61,6 +62,10 @@ namespace xqp::iface {
  * is even): only an error produces their completion, which then names the
  * request by its sequence number and the endpoint by its QP.
  */
+/* The immediate data of the message that says "this side no longer uses
+ * the shared connection" (sharing.cc): outside the AM ids (< 32). */
+constexpr uint32_t kReleaseImm = 0x58510001u;
+
 struct TxOp {
     enum class Kind : uint8_t { Plain, GetBcopy, Fetch64 };
     ep::Endpoint         *ep     = nullptr;
@@ -212,8 +217,29 @@ public:
     wireup::EceProvider &ece_provider() { return ece_provider_; }
     uint32_t next_conn_id() { return ++conn_seq_; }
 
+    /* connection sharing (sharing.cc; all with the wireup lock held but
+     * on_peer_release, which takes it) */
+    bool sharing() const { return wireup_config_.share; }
+    /* the next endpoint number toward the interface at key */
+    uint32_t next_pair_sn(const wireup::ListenerKey &key);
+    /* a connection accepted from key for the endpoint numbered pair_sn,
+     * which it binds to ep; nullptr when there is none */
+    wireup::Connection *bind_shared(ep::Endpoint *ep, const wireup::ListenerKey &key,
+                                    uint32_t pair_sn);
+    /* ep stopped using the connection bind_shared gave it (its requests
+     * are complete); peer_released: the peer stopped too */
+    void unbind_shared(wireup::Connection *conn, bool peer_released);
+    /* an endpoint's own connection that the peer still uses outlives the
+     * endpoint: the interface keeps it until the peer releases it */
+    void adopt(std::unique_ptr<wireup::Connection> conn);
+    /* the release message (kReleaseImm) came on the QP numbered qp_num
+     * (main thread) */
+    void on_peer_release(uint32_t qp_num);
+
     /* introspection (include/xqp/xqp.h) */
     int passive_count() const;
+    /* the connections held now (wireup lock held) */
+    int connection_count() const { return static_cast<int>(passive_.size()); }
     int passive_info(unsigned index, xqp_wireup_info_t *info) const;
 
     /* wireup::ConnectionOwner, for passive connections */
@@ -269,6 +295,16 @@ private:
     UCS_F_NOINLINE unsigned handle_send_completions(const ibv_wc *wcs, int n);
     unsigned progress_ready();
     void record_passive(wireup::Connection &conn);
+    /* the held connection's entry; nullptr when conn is not held */
+    struct Held;
+    Held *held_of(const wireup::Connection *conn);
+    /* destroys the held connections that ended and that no endpoint uses */
+    void reap_held();
+    /* a CONNECT_REQUEST (wireup lock held) */
+    void on_connect_request(const wireup::CmEvent &event);
+    /* sharing: the endpoint whose own attempt crosses the request hello
+     * (both sides connect to each other at once); nullptr when none */
+    ep::Endpoint *crossing_ep(const wireup::Hello &hello) const;
     /* RDMA_CM_EVENT_DEVICE_REMOVAL on the listener (wireup lock held) */
     void on_device_removal();
 
@@ -353,8 +389,19 @@ private:
     int                 timer_id_      = -1; /* wireup lock; -1: not armed */
     uint32_t            conn_seq_      = 0;
 
-    /* passive connections, and what each one ended with */
-    std::list<std::unique_ptr<wireup::Connection>> passive_;
+    /* The connections the interface holds: the ones it accepted, and, with
+     * sharing, endpoints' own ones that outlived them (adopt). An endpoint
+     * may send on an accepted one (user); it is then destroyed only after
+     * that endpoint unbinds. */
+    struct Held {
+        std::unique_ptr<wireup::Connection> conn;
+        ep::Endpoint *user          = nullptr;
+        bool          peer_released = false; /* the peer stopped using it */
+        bool          released      = false; /* a local endpoint used it and stopped */
+    };
+    std::list<Held>                                passive_;
+    /* endpoints created toward each peer interface (sharing pair numbers) */
+    std::map<wireup::ListenerKey, uint32_t>        pair_seq_;
     std::vector<xqp_wireup_info_t>                 passive_infos_;
     std::vector<const wireup::Connection *>        passive_slots_;
 };

@@ -50,4 +50,14 @@ XQP_API int xqp_iface_passive_count(uct_iface_h iface)
     return xiface->passive_count();
 }
 
+XQP_API int xqp_iface_connection_count(uct_iface_h iface)
+{
+    auto *xiface = xqp::iface::Iface::from(iface);
+    if (xiface == nullptr) {
+        return -EINVAL;
+    }
+    xqp::iface::WireupGuard guard(*xiface);
+    return xiface->connection_count();
+}
+
 } // extern "C"

@@ -86,6 +86,11 @@ int RdmaCmOps::reject_ece(rdma_cm_id *id)
     return cm_result(rdma_reject_ece(id, nullptr, 0));
 }
 
+int RdmaCmOps::reject_yield(rdma_cm_id *id, const uint8_t *pdata, uint8_t len)
+{
+    return cm_result(rdma_reject(id, pdata, len));
+}
+
 int RdmaCmOps::disconnect(rdma_cm_id *id)
 {
     return cm_result(rdma_disconnect(id));

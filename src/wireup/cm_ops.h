@@ -52,6 +52,9 @@ public:
     virtual int accept(rdma_cm_id *id, const ConnParams &params) = 0;
     virtual int reject(rdma_cm_id *id) = 0;     /* malformed request */
     virtual int reject_ece(rdma_cm_id *id) = 0; /* ECE options cannot be met */
+    /* the peers connected to each other at once: ours is kept (the
+     * private data is a Yield hello) */
+    virtual int reject_yield(rdma_cm_id *id, const uint8_t *pdata, uint8_t len) = 0;
     virtual int disconnect(rdma_cm_id *id) = 0;
     virtual void destroy_id(rdma_cm_id *id) = 0;
 
@@ -93,6 +96,7 @@ public:
     int accept(rdma_cm_id *id, const ConnParams &params) override;
     int reject(rdma_cm_id *id) override;
     int reject_ece(rdma_cm_id *id) override;
+    int reject_yield(rdma_cm_id *id, const uint8_t *pdata, uint8_t len) override;
     int disconnect(rdma_cm_id *id) override;
     void destroy_id(rdma_cm_id *id) override;
     int create_qp(rdma_cm_id *id, QpRole role, ibv_qp **qp) override;

@@ -18,6 +18,7 @@ const char *to_string(ConnState state)
     case ConnState::Connected:      return "connected";
     case ConnState::Failed:         return "failed";
     case ConnState::Closed:         return "closed";
+    case ConnState::Awaiting:       return "awaiting the peer's connection";
     }
     return "?";
 }
@@ -29,7 +30,7 @@ static std::string errstr(const char *what, int err)
 
 Connection::Connection(CmOps &cm, EceProvider &ece_provider, const WireupConfig &config,
                        ConnectionOwner &owner, uint32_t conn_id)
-    : cm_(cm), ece_provider_(ece_provider), config_(config), owner_(owner),
+    : cm_(cm), ece_provider_(ece_provider), config_(config), owner_(&owner),
       ece_(config.ece, ece_provider), conn_id_(conn_id)
 {
 }
@@ -65,7 +66,7 @@ void Connection::retire_qp()
     const int err   = cm_.error_qp(qp_);
     retire_failed_  = (err != 0);
     if (err != 0) {
-        owner_.on_log(*this, errstr("ibv_modify_qp(ERR)", err) +
+        owner_->on_log(*this, errstr("ibv_modify_qp(ERR)", err) +
                              ": no completions expected from the QP any more");
     }
 }
@@ -107,14 +108,14 @@ void Connection::fail(ucs_status_t status, const std::string &reason, unsigned h
     if (hold_us > 0) {
         std::this_thread::sleep_for(std::chrono::microseconds(hold_us));
     }
-    owner_.on_failed(*this);
+    owner_->on_failed(*this);
 }
 
 void Connection::attempt_failed(const std::string &reason)
 {
     teardown();
     if (attempts_ <= config_.max_retries) {
-        owner_.on_log(*this, "attempt " + std::to_string(attempts_) + " failed: " + reason +
+        owner_->on_log(*this, "attempt " + std::to_string(attempts_) + " failed: " + reason +
                              "; retrying with a new cm_id");
         start_attempt();
         return;
@@ -124,10 +125,11 @@ void Connection::attempt_failed(const std::string &reason)
 
 /* ------------------------------------------------------------------ active */
 
-void Connection::connect(const sockaddr_storage &dst)
+void Connection::connect(const sockaddr_storage &dst, uint32_t pair_sn)
 {
     active_   = true;
     dst_      = dst;
+    pair_sn_  = pair_sn;
     attempts_ = 0;
     start_attempt();
 }
@@ -175,13 +177,22 @@ ConnParams Connection::conn_params(uint8_t *buf, Hello::Kind kind, uint32_t conn
     hello.iface_uuid  = config_.iface_uuid;
     hello.credits     = config_.credits;
     hello.max_am_size = config_.max_am_size;
+    /* a reply is of the request's version: a peer that sent version 1 may
+     * not read version 2 */
+    if (config_.share &&
+        ((kind == Hello::Kind::Request) || (peer_hello_.version == kHelloVersionShare))) {
+        hello.version  = kHelloVersionShare;
+        hello.share    = true;
+        hello.pair_sn  = pair_sn_;
+        hello.listener = config_.listener;
+    }
 
     ConnParams params;
     params.qp_num              = qp_->qp_num;
     params.responder_resources = config_.responder_resources;
     params.initiator_depth     = config_.initiator_depth;
     params.private_data        = buf;
-    params.private_data_len    = static_cast<uint8_t>(encode(hello, buf, kHelloSize));
+    params.private_data_len    = static_cast<uint8_t>(encode(hello, buf, kHelloSizeV2));
     return params;
 }
 
@@ -206,9 +217,9 @@ void Connection::on_route_resolved()
             return;
         }
     } else if (!offer.reason.empty()) {
-        owner_.on_log(*this, "no ece offered: " + offer.reason);
+        owner_->on_log(*this, "no ece offered: " + offer.reason);
     }
-    uint8_t buf[kHelloSize];
+    uint8_t buf[kHelloSizeV2];
     err = cm_.connect(id_, conn_params(buf, Hello::Kind::Request, conn_id_));
     if (err != 0) {
         attempt_failed(errstr("rdma_connect", err));
@@ -277,10 +288,10 @@ void Connection::established()
 {
     state_        = ConnState::Connected;
     qp_published_ = true;
-    owner_.on_log(*this, std::string(active_ ? "active" : "passive") + " connection " +
+    owner_->on_log(*this, std::string(active_ ? "active" : "passive") + " connection " +
                          std::to_string(conn_id_) + " established, qp " +
                          std::to_string(qp_->qp_num) + ", ece: " + to_string(ece_.result()));
-    owner_.on_established(*this);
+    owner_->on_established(*this);
 }
 
 /* ------------------------------------------------------------------ passive */
@@ -305,10 +316,12 @@ void Connection::accept_request(const CmEvent &request)
     }
     peer_hello_ = *hello;
     conn_id_    = hello->conn_id;
+    pair_sn_    = hello->pair_sn;
 
     /* ibv_create_qp -> rdma_get_remote_ece -> ibv_set_ece -> INIT/RTR/RTS
-     * -> ibv_query_ece -> rdma_set_local_ece -> rdma_accept */
-    int err = cm_.create_qp(id_, QpRole::Passive, &qp_);
+     * -> ibv_query_ece -> rdma_set_local_ece -> rdma_accept. A shared
+     * connection may carry this side's sends too: a full send queue. */
+    int err = cm_.create_qp(id_, shared() ? QpRole::Active : QpRole::Passive, &qp_);
     if (err != 0) {
         qp_ = nullptr;
         cm_.reject(id_);
@@ -340,11 +353,42 @@ void Connection::accept_request(const CmEvent &request)
             return;
         }
     }
-    uint8_t buf[kHelloSize];
+    uint8_t buf[kHelloSizeV2];
     err = cm_.accept(id_, conn_params(buf, Hello::Kind::Reply, conn_id_));
     if (err != 0) {
         fail(UCS_ERR_IO_ERROR, errstr("rdma_accept", err));
     }
+}
+
+/* ------------------------------------------------------------------ sharing */
+
+bool Connection::is_yield(const CmEvent &event) const
+{
+    if (!config_.share || (event.status == kRejectEceStatus)) {
+        return false;
+    }
+    const auto hello = decode(event.private_data.data(), event.private_data.size(), nullptr);
+    return hello && (hello->kind == Hello::Kind::Yield) && (hello->pair_sn == pair_sn_);
+}
+
+int yield_request(CmOps &cm, const WireupConfig &config, const CmEvent &request,
+                  const Hello &hello)
+{
+    Hello yield;
+    yield.kind        = Hello::Kind::Yield;
+    yield.conn_id     = hello.conn_id;
+    yield.iface_uuid  = config.iface_uuid;
+    yield.credits     = config.credits;
+    yield.max_am_size = config.max_am_size;
+    yield.version     = kHelloVersionShare;
+    yield.share       = true;
+    yield.pair_sn     = hello.pair_sn;
+    yield.listener    = config.listener;
+    uint8_t buf[kHelloSizeV2];
+    const int err = cm.reject_yield(request.id, buf,
+                                    static_cast<uint8_t>(encode(yield, buf, sizeof(buf))));
+    cm.destroy_id(request.id);
+    return err;
 }
 
 /* ------------------------------------------------------------------ events */
@@ -386,7 +430,15 @@ void Connection::on_event(const CmEvent &event)
                  "(reject reason " + std::to_string(event.status) + ")");
         } else if (state_ == ConnState::Connecting) {
             reject_reason_ = event.status;
-            if (event.status == kRejectEceStatus) {
+            if (is_yield(event)) {
+                /* the peer connects to us too, and keeps its connection:
+                 * ours goes, and the interface binds the endpoint to the
+                 * peer's when its request comes */
+                teardown();
+                state_         = ConnState::Awaiting;
+                attempt_start_ = -1;
+                owner_->on_log(*this, "the peer keeps its own connection to us: waiting for it");
+            } else if (event.status == kRejectEceStatus) {
                 fail(UCS_ERR_REJECTED, "the peer rejected the connection: its ece options "
                                        "cannot be met (reject reason 35)");
             } else {
@@ -416,7 +468,7 @@ void Connection::on_event(const CmEvent &event)
              * it): requests in flight complete now, with an error, instead
              * of after the transport's retry timeout */
             retire_qp();
-            owner_.on_closed(*this);
+            owner_->on_closed(*this);
         }
         return;
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
@@ -425,7 +477,7 @@ void Connection::on_event(const CmEvent &event)
         }
         return;
     default:
-        owner_.on_log(*this, std::string("ignoring ") + rdma_event_str(event.type) +
+        owner_->on_log(*this, std::string("ignoring ") + rdma_event_str(event.type) +
                              " in state " + to_string(state_));
         return;
     }

@@ -10,6 +10,10 @@
  *   active:  Idle -> ResolvingAddr -> ResolvingRoute -> Connecting -> Connected
  *            (each failure before Connected retries with a fresh cm_id and QP,
  *             at most max_retries times; an ECE reject is final)
+ *            sharing: Connecting -> Awaiting when the peer, connecting to
+ *            us at the same time, keeps its own connection (a yield reject);
+ *            the interface then binds the endpoint to the peer's, or, after
+ *            connect_timeout_s without it, the attempt is retried
  *   passive: Accepting -> Connected      (or Failed after a reject)
  *   both:    Connected -> Closed on DISCONNECTED; Failed on errors
  *
@@ -55,10 +59,15 @@ struct WireupConfig {
     uint32_t  max_am_size = 1;
     uint8_t   responder_resources = 1;
     uint8_t   initiator_depth     = 1;
+    /* connection sharing (iface/sharing.h): hellos are version 2 and say
+     * so, with the interface's listener as the peers know it */
+    bool        share    = false;
+    ListenerKey listener = {};
 };
 
 enum class ConnState {
-    Idle, ResolvingAddr, ResolvingRoute, Connecting, Accepting, Connected, Failed, Closed
+    Idle, ResolvingAddr, ResolvingRoute, Connecting, Accepting, Connected, Failed, Closed,
+    Awaiting
 };
 const char *to_string(ConnState state);
 
@@ -71,6 +80,12 @@ struct CmEvent {
 };
 
 class Connection;
+
+/* Refuses a connect request (hello: its decoded private data) because the
+ * two peers connected to each other at once and ours is kept: rdma_reject
+ * with a Yield hello, then the request's id is destroyed. 0 or an errno. */
+int yield_request(CmOps &cm, const WireupConfig &config, const CmEvent &request,
+                  const Hello &hello);
 
 class ConnectionOwner {
 public:
@@ -91,8 +106,12 @@ public:
     Connection(const Connection &) = delete;
     Connection &operator=(const Connection &) = delete;
 
-    /* active side: start connecting to dst (an AF_INET/AF_INET6 address) */
-    void connect(const sockaddr_storage &dst);
+    /* active side: start connecting to dst (an AF_INET/AF_INET6 address);
+     * pair_sn: the endpoint's number toward dst, for sharing (0: none) */
+    void connect(const sockaddr_storage &dst, uint32_t pair_sn = 0);
+
+    /* another owner takes the connection over (wireup lock held) */
+    void set_owner(ConnectionOwner &owner) { owner_ = &owner; }
 
     /* passive side: take over the new cm_id of a CONNECT_REQUEST */
     void accept_request(const CmEvent &request);
@@ -132,7 +151,7 @@ public:
     {
         return active_ && ((state_ == ConnState::ResolvingAddr) ||
                            (state_ == ConnState::ResolvingRoute) ||
-                           (state_ == ConnState::Connecting));
+                           (state_ == ConnState::Connecting) || (state_ == ConnState::Awaiting));
     }
 
     ConnState          state() const { return state_; }
@@ -144,10 +163,16 @@ public:
     const std::string &error() const { return error_; }
     const EceResult   &ece_result() const { return ece_.result(); }
     const Hello       &peer_hello() const { return peer_hello_; }
+    /* both sides share connections: the peer may send on this one too, and
+     * says when it stops using it (iface/sharing.h) */
+    bool               shared() const { return config_.share && peer_hello_.share; }
+    /* the sharing pair number: the active side's, echoed by the passive */
+    uint32_t           pair_sn() const { return pair_sn_; }
     ibv_qp            *qp() const { return qp_; }
     rdma_cm_id        *id() const { return id_; }
     /* the data path has seen the QP (established): only ~Connection frees it */
     bool               qp_published() const { return qp_published_; }
+    bool               qp_retired() const { return qp_retired_; }
     /* completions may still come for requests posted to the QP: it exists
      * and, when retired, the provider took it to the error state (a removed
      * device does not, and completes nothing any more) */
@@ -166,15 +191,18 @@ private:
     bool modify_to_rts(std::string *reason);
     void on_route_resolved();
     void on_connect_response(const CmEvent &event);
+    /* a reject that says the peer keeps its own connection (sharing) */
+    bool is_yield(const CmEvent &event) const;
     ConnParams conn_params(uint8_t *buf, Hello::Kind kind, uint32_t conn_id);
 
     CmOps             &cm_;
     EceProvider       &ece_provider_;
     WireupConfig       config_;
-    ConnectionOwner   &owner_;
+    ConnectionOwner   *owner_;
     EceNegotiator      ece_;
     bool               active_ = true;
     uint32_t           conn_id_;
+    uint32_t           pair_sn_ = 0;
     ConnState          state_ = ConnState::Idle;
     sockaddr_storage   dst_   = {};
     rdma_cm_id        *id_    = nullptr;

@@ -358,15 +358,37 @@ test_wireup_both_sides_connect_at_once() (
     need_device
     d=$WORK/mutual
     rm -f "$d".*
-    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.a" --connect-to "$d.b" --eps 8 \
+    UCX_XQP_SHARE=n "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.a" --connect-to "$d.b" --eps 8 \
         --expect-passive 8 --done-file "$d.a.done" --wait-for "$d.b.done" > "$d.1" 2>&1 &
     one=$!
     rc=0
-    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" --eps 8 \
+    UCX_XQP_SHARE=n "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" --eps 8 \
         --expect-passive 8 --done-file "$d.b.done" --wait-for "$d.a.done" > "$d.2" 2>&1 || rc=$?
     wait "$one" || rc=1
     cat "$d.1" "$d.2"
     [ "$rc" = 0 ] && [ "$(grep -c '^summary eps 8 connected 8 ' "$d.1" "$d.2" | awk -F: '{s += $2} END {print s}')" = 2 ]
+)
+
+# the same with connection sharing: 8 connections for the 16 endpoints (the
+# side whose listener sorts lower keeps its own, the other side's endpoints
+# send on the ones it accepted), every endpoint connected, no QP leaked
+test_wireup_both_sides_share() (
+    need_device
+    d=$WORK/mutual-share
+    rm -f "$d".*
+    UCX_XQP_SHARE=y "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.a" --connect-to "$d.b" --eps 8 \
+        --report-passive --check-leaks --done-file "$d.a.done" --wait-for "$d.b.done" \
+        > "$d.1" 2>&1 &
+    one=$!
+    rc=0
+    UCX_XQP_SHARE=y "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" --eps 8 \
+        --report-passive --check-leaks --done-file "$d.b.done" --wait-for "$d.a.done" \
+        > "$d.2" 2>&1 || rc=$?
+    wait "$one" || rc=1
+    cat "$d.1" "$d.2"
+    [ "$rc" = 0 ] &&
+        [ "$(grep -c '^summary eps 8 connected 8 ' "$d.1" "$d.2" | awk -F: '{s += $2} END {print s}')" = 2 ] &&
+        [ "$(cat "$d.1" "$d.2" | awk '/^passive summary/ { r += $4; c += $6 } END { print r, c }')" = "8 8" ]
 )
 
 # expect_unreachable NAME IP_HEX PORT_HEX EPS LIMIT_S [VAR=VALUE...]: EPS
@@ -876,6 +898,7 @@ run_test "wireup: ECE set by the active side reaches the passive side" test_wire
 run_test "wireup: required ECE options unmet -> rdma_reject_ece -> clear error" test_wireup_ece_required_options_rejected
 run_test "wireup: 256 endpoints connect concurrently" test_wireup_256_endpoints
 run_test "wireup: both sides connect to each other at once" test_wireup_both_sides_connect_at_once
+run_test "wireup: both sides connect at once, sharing: one connection per pair" test_wireup_both_sides_share
 run_test "wireup: no listener -> bounded retries -> unreachable" test_wireup_no_listener_fails_after_retries
 run_test "peer SIGKILLed mid-transfer: error handler, errors, new endpoints work" test_peer_killed_mid_transfer
 run_test "address no RDMA device serves -> unreachable, bounded, no leaks" test_unreachable_address_fails_fast

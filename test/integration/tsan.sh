@@ -1,5 +1,5 @@
 #!/bin/bash
-# The data-path gtest's Datapath.* and Threads.* tests under ThreadSanitizer,
+# The data-path gtest's Datapath.*, Threads.* and Sharing.* tests under ThreadSanitizer,
 # in the testbed. Run by 'make check-tsan' in a build configured with
 # --enable-sanitizers=thread (the plugin and the gtest instrumented; UCX and
 # rdma-core are not). Fails on any report: halt_on_error, exit code 66.
@@ -17,7 +17,7 @@ export XQP_STRESS_ROUNDS=${XQP_STRESS_ROUNDS:-50} XQP_RACE_ROUNDS=${XQP_RACE_ROU
 log=$XQP_BUILDDIR/tsan-datapath.log
 rc=0
 LD_PRELOAD=$XQP_PLUGIN "$XQP_BUILDDIR/test/integration/xqp_datapath_tests" \
-    --gtest_filter='Datapath.*:Threads.*' > "$log" 2>&1 || rc=$?
+    --gtest_filter='Datapath.*:Threads.*:Sharing.*' > "$log" 2>&1 || rc=$?
 grep -E '^\[ +(OK|FAILED) \]|^\[  PASSED|WARNING: ThreadSanitizer|SUMMARY: ThreadSanitizer' "$log"
 reports=$(grep -c 'WARNING: ThreadSanitizer' "$log")
 echo "tsan: data-path gtest exit $rc, $reports reports (log: $log)"

@@ -34,6 +34,9 @@
  *   --storm CYCLES                create --eps endpoints, wait until all are
  *                                 connected, destroy them; CYCLES times. QP,
  *                                 MR, cm_id and fd counts must come back
+ *   --report-passive              print the passive connections' summary
+ *                                 without waiting for any (with sharing, how
+ *                                 many a side accepts depends on the peer)
  *
  * Exit status 0 when every check passed.
  */
@@ -65,6 +68,7 @@ using clock_type = std::chrono::steady_clock;
 struct Options {
     std::string dev, addr_file, connect_to, expect = "connected", done_file, wait_for;
     unsigned    eps = 0, expect_passive = 0;
+    bool        report_passive = false;
     bool        pending = false, check_leaks = false;
     double      timeout = 120;
     unsigned    poll_us = 1000;
@@ -201,6 +205,7 @@ int main(int argc, char **argv)
         else if (a == "--eps") opt.eps = std::stoul(next());
         else if (a == "--expect") opt.expect = next();
         else if (a == "--expect-passive") opt.expect_passive = std::stoul(next());
+        else if (a == "--report-passive") opt.report_passive = true;
         else if (a == "--done-file") opt.done_file = next();
         else if (a == "--wait-for") opt.wait_for = next();
         else if (a == "--timeout") opt.timeout = std::stod(next());
@@ -520,7 +525,7 @@ int main(int argc, char **argv)
         std::printf("served %lu active messages\n", am_received);
     }
 
-    if (opt.expect_passive > 0) {
+    if ((opt.expect_passive > 0) || opt.report_passive) {
         const bool got = progress_until([&] {
             if (pass_count(iface) < static_cast<int>(opt.expect_passive)) {
                 return false;
@@ -566,13 +571,19 @@ int main(int argc, char **argv)
     }
     if (opt.check_leaks && (opt.eps > 0)) {
         Resources after{};
-        /* rdma_destroy_id completes synchronously; give the kernel a moment */
+        /* rdma_destroy_id completes synchronously; give the kernel a moment,
+         * and, with sharing, the peer: connections it still used close when
+         * its release message or disconnect is progressed */
         for (int i = 0; i < 50; ++i) {
             after = measure();
             if (after == before) {
                 break;
             }
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            const auto until = clock_type::now() + std::chrono::milliseconds(100);
+            while (clock_type::now() < until) {
+                uct_worker_progress(worker);
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
         }
         std::printf("resources before fds %d qps %d cm_ids %d, with endpoints qps %d cm_ids %d,"
                     " after fds %d qps %d cm_ids %d\n", before.fds, before.qps, before.cm_ids,

@@ -169,6 +169,14 @@ public:
         return fault("reject_ece");
     }
 
+    int reject_yield(rdma_cm_id *id, const uint8_t *pdata, uint8_t len) override
+    {
+        log_.push_back("reject_yield pdata=" + std::to_string(len));
+        check_id(id, "reject_yield");
+        yields.emplace_back(pdata, pdata + len);
+        return fault("reject_yield");
+    }
+
     int disconnect(rdma_cm_id *id) override
     {
         log_.push_back("disconnect");
@@ -219,6 +227,7 @@ public:
 
     std::vector<Sent>        connects;
     std::vector<Sent>        accepts;
+    std::vector<std::vector<uint8_t>> yields;
     std::vector<rdma_cm_id *> created_ids;
     std::vector<rdma_cm_id *> passive_ids;
     std::vector<rdma_cm_id *> destroyed_ids;
@@ -883,7 +892,7 @@ TEST(WireupConnection, PassiveMalformedRequestIsRejected)
     auto truncated = request_bytes(5);
     truncated.resize(kHelloSize - 1);
     auto wrong_version = request_bytes(5);
-    wrong_version[4] = 2;
+    wrong_version[4] = 3;
     auto flags = request_bytes(5);
     flags[6] = 1;
     auto zero_am = request_bytes(5);
@@ -898,7 +907,7 @@ TEST(WireupConnection, PassiveMalformedRequestIsRejected)
         {"wrong magic", wrong_magic, "bad magic 0x585150a8 (expected 0x58515057, not an xqp peer?)"},
         {"truncated", truncated, "private data too short: 27 bytes, need 28"},
         {"empty", {}, "no private data"},
-        {"wrong version", wrong_version, "unsupported version 2 (this xqp speaks 1)"},
+        {"wrong version", wrong_version, "unsupported version 3 (this xqp speaks 1 and 2)"},
         {"flags", flags, "unknown flags 0x1 (must be 0 in version 1)"},
         {"max_am 0", zero_am, "max_am_size is 0"},
         {"reply", reply_bytes(5),
@@ -1923,4 +1932,186 @@ TEST(WireupConnection, TimeoutDoesNothingWhenConnectedPassiveOrDisabled)
         EXPECT_TRUE(r.take().empty());
         EXPECT_EQ(ConnState::Connecting, r.conn->state());
     }
+}
+
+/* ------------------------------------------------------------------ sharing */
+
+namespace {
+
+ListenerKey key_of(uint32_t ip, uint16_t port)
+{
+    sockaddr_storage ss = {};
+    auto            *in = reinterpret_cast<sockaddr_in *>(&ss);
+    in->sin_family      = AF_INET;
+    in->sin_port        = htons(port);
+    in->sin_addr.s_addr = htonl(ip);
+    return listener_key(ss);
+}
+
+std::vector<uint8_t> shared_hello(Hello::Kind kind, uint32_t conn_id, uint32_t pair_sn,
+                                  bool share = true)
+{
+    Hello h;
+    h.kind        = kind;
+    h.conn_id     = conn_id;
+    h.iface_uuid  = kPeerUuid;
+    h.credits     = kPeerCreds;
+    h.max_am_size = kPeerMaxAm;
+    h.version     = kHelloVersionShare;
+    h.share       = share;
+    h.pair_sn     = pair_sn;
+    h.listener    = key_of(0xc0000202, 7001);
+    std::vector<uint8_t> buf(kHelloMaxPrivateData, 0);
+    EXPECT_EQ(kHelloSizeV2, encode(h, buf.data(), buf.size()));
+    return buf;
+}
+
+} // namespace
+
+TEST(WireupConnection, SharingActiveSendsItsListenerAndPairNumber)
+{
+    Rig r;
+    r.cfg.share    = true;
+    r.cfg.listener = key_of(0xc0000201, 7000);
+    r.make();
+    r.conn->connect(Rig::dst(), 3);
+    r.feed(RDMA_CM_EVENT_ADDR_RESOLVED);
+    r.feed(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    ASSERT_EQ(1u, r.cm.connects.size());
+    ASSERT_EQ(kHelloSizeV2, r.cm.connects[0].pdata.size());
+    const Hello req = decoded(r.cm.connects[0].pdata);
+    EXPECT_EQ(kHelloVersionShare, req.version);
+    EXPECT_TRUE(req.share);
+    EXPECT_EQ(3u, req.pair_sn);
+    EXPECT_EQ(r.cfg.listener, req.listener);
+    EXPECT_EQ(3u, r.conn->pair_sn());
+
+    /* a peer that shares too: the connection is shared */
+    r.feed(RDMA_CM_EVENT_CONNECT_RESPONSE, 0, shared_hello(Hello::Kind::Reply, kConnId, 3));
+    ASSERT_EQ(ConnState::Connected, r.conn->state());
+    EXPECT_TRUE(r.conn->shared());
+    EXPECT_EQ(key_of(0xc0000202, 7001), r.conn->peer_hello().listener);
+}
+
+TEST(WireupConnection, SharingNeedsBothSides)
+{
+    {
+        /* a version 1 reply (the peer does not share) */
+        Rig r;
+        r.cfg.share = true;
+        r.to_connected_active();
+        EXPECT_FALSE(r.conn->shared());
+    }
+    {
+        /* a version 2 reply without the flag */
+        Rig r;
+        r.cfg.share = true;
+        r.to_connecting();
+        r.feed(RDMA_CM_EVENT_CONNECT_RESPONSE, 0,
+               shared_hello(Hello::Kind::Reply, kConnId, 0, false));
+        ASSERT_EQ(ConnState::Connected, r.conn->state());
+        EXPECT_FALSE(r.conn->shared());
+    }
+    {
+        /* sharing off here: version 1 hellos, whatever the peer says */
+        Rig r;
+        r.to_connecting();
+        ASSERT_EQ(kHelloSize, r.cm.connects[0].pdata.size());
+        r.feed(RDMA_CM_EVENT_CONNECT_RESPONSE, 0, shared_hello(Hello::Kind::Reply, kConnId, 0));
+        EXPECT_FALSE(r.conn->shared());
+    }
+}
+
+TEST(WireupConnection, SharingPassiveGetsAFullSendQueueAndEchoesThePair)
+{
+    Rig r;
+    r.cfg.share    = true;
+    r.cfg.listener = key_of(0xc0000201, 7000);
+    r.request(shared_hello(Hello::Kind::Request, 9, 4));
+    ASSERT_EQ(ConnState::Accepting, r.conn->state());
+    EXPECT_EQ(r.cm.qp_roles, std::vector<QpRole>{QpRole::Active}); /* it may send */
+    EXPECT_TRUE(r.conn->shared());
+    EXPECT_EQ(4u, r.conn->pair_sn());
+    EXPECT_EQ(key_of(0xc0000202, 7001), r.conn->peer_hello().listener);
+    ASSERT_EQ(1u, r.cm.accepts.size());
+    const Hello rep = decoded(r.cm.accepts[0].pdata);
+    EXPECT_EQ(Hello::Kind::Reply, rep.kind);
+    EXPECT_TRUE(rep.share);
+    EXPECT_EQ(4u, rep.pair_sn);
+    EXPECT_EQ(r.cfg.listener, rep.listener);
+
+    /* a request from a peer that does not share: receive-only QP */
+    Rig plain;
+    plain.cfg.share = true;
+    plain.request(request_bytes(9));
+    EXPECT_EQ(plain.cm.qp_roles, std::vector<QpRole>{QpRole::Passive});
+    EXPECT_FALSE(plain.conn->shared());
+    ASSERT_EQ(1u, plain.cm.accepts.size());
+    EXPECT_EQ(kHelloSize, plain.cm.accepts[0].pdata.size()) << "a version 1 peer gets version 1";
+}
+
+TEST(WireupConnection, SharingYieldRejectMakesTheActiveSideWait)
+{
+    Rig r;
+    r.cfg.share             = true;
+    r.cfg.connect_timeout_s = 2.0;
+    r.make();
+    r.conn->connect(Rig::dst(), 1);
+    r.feed(RDMA_CM_EVENT_ADDR_RESOLVED);
+    r.feed(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    r.take();
+    /* the peer keeps its connection: ours goes, no retry, no failure */
+    r.feed(RDMA_CM_EVENT_REJECTED, 28, shared_hello(Hello::Kind::Yield, kConnId, 1));
+    EXPECT_EQ(r.take(), (Calls{"destroy_qp", "destroy_id"}));
+    EXPECT_EQ(ConnState::Awaiting, r.conn->state());
+    EXPECT_TRUE(r.conn->attempting());
+    EXPECT_EQ(nullptr, r.conn->id());
+    EXPECT_EQ(nullptr, r.conn->qp());
+    /* the peer's request never comes: after the timeout, connect again */
+    r.conn->check_timeout(100.0);
+    r.conn->check_timeout(101.0);
+    EXPECT_EQ(ConnState::Awaiting, r.conn->state());
+    r.conn->check_timeout(102.5);
+    const Calls calls = r.take();
+    ASSERT_FALSE(calls.empty());
+    EXPECT_EQ(ConnState::ResolvingAddr, r.conn->state());
+    EXPECT_EQ(2u, r.conn->attempts());
+}
+
+TEST(WireupConnection, SharingYieldOfAnotherPairIsARejectLikeAnyOther)
+{
+    Rig r;
+    r.cfg.share = true;
+    r.make();
+    r.conn->connect(Rig::dst(), 1);
+    r.feed(RDMA_CM_EVENT_ADDR_RESOLVED);
+    r.feed(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    r.take();
+    /* a yield for pair 2 does not concern this connection: retried */
+    r.feed(RDMA_CM_EVENT_REJECTED, 28, shared_hello(Hello::Kind::Yield, kConnId, 2));
+    EXPECT_EQ(ConnState::ResolvingAddr, r.conn->state());
+    EXPECT_EQ(2u, r.conn->attempts());
+}
+
+TEST(WireupConnection, SharingYieldRequestRejectsWithAYieldHello)
+{
+    Calls        log;
+    RecordingCm  cm{log};
+    WireupConfig cfg = test_config();
+    cfg.share        = true;
+    cfg.listener     = key_of(0xc0000201, 7000);
+    CmEvent req;
+    req.type = RDMA_CM_EVENT_CONNECT_REQUEST;
+    req.id   = cm.passive_id();
+    Hello h;
+    h.conn_id = 77;
+    h.pair_sn = 5;
+    EXPECT_EQ(0, yield_request(cm, cfg, req, h));
+    EXPECT_EQ(log, (Calls{"reject_yield pdata=52", "destroy_id"}));
+    ASSERT_EQ(1u, cm.yields.size());
+    const Hello y = decoded(cm.yields[0]);
+    EXPECT_EQ(Hello::Kind::Yield, y.kind);
+    EXPECT_EQ(5u, y.pair_sn);
+    EXPECT_EQ(77u, y.conn_id);
+    EXPECT_EQ(cfg.listener, y.listener);
 }

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <array>
 #include <cstring>
 #include <random>
@@ -209,10 +212,10 @@ TEST(PrivateData, WrongMagicIsRejectedWithTheValue)
 
 TEST(PrivateData, UnsupportedVersionIsRejected)
 {
-    for (const uint8_t v : {0, 2, 255}) {
+    for (const uint8_t v : {0, 3, 255}) {
         auto buf = encoded(sample(Hello::Kind::Request));
         buf[4]   = v;
-        EXPECT_EQ("unsupported version " + std::to_string(v) + " (this xqp speaks 1)",
+        EXPECT_EQ("unsupported version " + std::to_string(v) + " (this xqp speaks 1 and 2)",
                   reject_reason(buf));
     }
 }
@@ -260,12 +263,133 @@ TEST(PrivateData, ChecksAreOrderedMagicFirst)
     buf[4]   = 9;    /* version */
     buf[5]   = 9;    /* kind */
     buf[6]   = 1;    /* flags */
-    EXPECT_EQ("unsupported version 9 (this xqp speaks 1)", reject_reason(buf));
+    EXPECT_EQ("unsupported version 9 (this xqp speaks 1 and 2)", reject_reason(buf));
     buf[4] = 1;
     EXPECT_EQ("unknown kind 9", reject_reason(buf));
     buf[0] = 0;
     EXPECT_EQ("bad magic 0x58515000 (expected 0x58515057, not an xqp peer?)",
               reject_reason(buf));
+}
+
+namespace {
+
+Hello sample_v2(Hello::Kind kind)
+{
+    Hello h           = sample(kind);
+    h.version         = kHelloVersionShare;
+    h.share           = true;
+    h.pair_sn         = 0x41424344u;
+    h.listener.family = 4;
+    h.listener.port   = 0x5152;
+    h.listener.ip     = {192, 0, 2, 7};
+    return h;
+}
+
+std::vector<uint8_t> encoded_v2(const Hello &h)
+{
+    std::vector<uint8_t> buf(kHelloSizeV2);
+    EXPECT_EQ(kHelloSizeV2, encode(h, buf.data(), buf.size()));
+    return buf;
+}
+
+} // namespace
+
+TEST(PrivateData, Version2FitsAndKeepsVersion1Fields)
+{
+    EXPECT_EQ(52u, kHelloSizeV2);
+    EXPECT_LE(kHelloSizeV2, kHelloMaxPrivateData);
+    const auto buf = encoded_v2(sample_v2(Hello::Kind::Request));
+    /* version 1's bytes, but for the version and the flags */
+    for (size_t i = 0; i < kHelloSize; ++i) {
+        if ((i != 4) && (i != 6)) {
+            EXPECT_EQ(kSampleRequest[i], buf[i]) << "byte " << i;
+        }
+    }
+    EXPECT_EQ(2, buf[4]);
+    EXPECT_EQ(1, buf[6]); /* share */
+    EXPECT_EQ(0, buf[7]);
+    const std::vector<uint8_t> tail = {0x44, 0x43, 0x42, 0x41, /* pair_sn */
+                                       4, 0,                   /* family, reserved */
+                                       0x52, 0x51,             /* port */
+                                       192, 0, 2, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    EXPECT_EQ(tail, std::vector<uint8_t>(buf.begin() + kHelloSize, buf.end()));
+}
+
+TEST(PrivateData, Version2RoundTripsAndVersion1StillDecodes)
+{
+    for (const auto kind : {Hello::Kind::Request, Hello::Kind::Reply}) {
+        auto h = sample_v2(kind);
+        for (const bool share : {false, true}) {
+            h.share         = share;
+            auto        buf = encoded_v2(h);
+            buf.resize(56, 0); /* CM padding */
+            std::string why;
+            const auto  back = decode(buf.data(), buf.size(), &why);
+            ASSERT_TRUE(back.has_value()) << why;
+            EXPECT_EQ(h, *back) << to_string(*back);
+        }
+        h.listener.family = 6;
+        h.listener.ip     = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+        const auto back   = decode(encoded_v2(h).data(), kHelloSizeV2, nullptr);
+        ASSERT_TRUE(back.has_value());
+        EXPECT_EQ(h, *back);
+        EXPECT_EQ("[fe80::1]:20818", to_string(back->listener));
+    }
+    /* a version 1 hello decodes with no sharing and no listener */
+    const auto v1 = decode(kSampleRequest.data(), kSampleRequest.size(), nullptr);
+    ASSERT_TRUE(v1.has_value());
+    EXPECT_EQ(kHelloVersion, v1->version);
+    EXPECT_FALSE(v1->share);
+    EXPECT_FALSE(v1->listener.known());
+}
+
+TEST(PrivateData, YieldIsAVersion2Kind)
+{
+    auto h = sample_v2(Hello::Kind::Yield);
+    const auto back = decode(encoded_v2(h).data(), kHelloSizeV2, nullptr);
+    ASSERT_TRUE(back.has_value());
+    EXPECT_EQ(h, *back);
+    /* not in version 1 */
+    auto v1 = encoded(sample(Hello::Kind::Request));
+    v1[5]   = 3;
+    EXPECT_EQ("unknown kind 3", reject_reason(v1));
+}
+
+TEST(PrivateData, Version2FaultsAreRejectedWithTheReason)
+{
+    auto buf = encoded_v2(sample_v2(Hello::Kind::Request));
+    /* a version 2 hello cut to version 1's size */
+    EXPECT_EQ("private data too short for version 2: 28 bytes, need 52",
+              reject_reason(std::vector<uint8_t>(buf.begin(), buf.begin() + kHelloSize)));
+    EXPECT_EQ("private data too short for version 2: 51 bytes, need 52",
+              reject_reason(std::vector<uint8_t>(buf.begin(), buf.end() - 1)));
+    auto bad = buf;
+    bad[6]   = 0x03;
+    EXPECT_EQ("unknown flags 0x3 (only 0x1 is defined in version 2)", reject_reason(bad));
+    bad     = buf;
+    bad[32] = 5;
+    EXPECT_EQ("unknown address family 5", reject_reason(bad));
+    bad     = buf;
+    bad[33] = 1;
+    EXPECT_EQ("reserved byte 33 is 0x1 (must be 0)", reject_reason(bad));
+}
+
+TEST(PrivateData, ListenerKeysOrderAndPrint)
+{
+    sockaddr_storage ss = {};
+    auto            *in = reinterpret_cast<sockaddr_in *>(&ss);
+    in->sin_family      = AF_INET;
+    in->sin_port        = htons(4791);
+    in->sin_addr.s_addr = htonl(0xc0000201);
+    const ListenerKey a = listener_key(ss);
+    EXPECT_EQ("192.0.2.1:4791", to_string(a));
+    in->sin_port        = htons(4792);
+    const ListenerKey b = listener_key(ss);
+    EXPECT_LT(a, b);
+    EXPECT_NE(a, b);
+    sockaddr_storage none = {};
+    EXPECT_FALSE(listener_key(none).known());
+    EXPECT_EQ("unknown", to_string(listener_key(none)));
 }
 
 TEST(PrivateData, RandomGarbageNeverCrashes)

@@ -1,0 +1,260 @@
+/*
+ * xqp - an endpoint's life and its connection: creation (with sharing, the
+ * binding to a connection the interface accepted), destruction (the
+ * connection closes with the endpoint, or a shared one is handed over to
+ * the interface, iface/sharing.cc), and what the connection reports (the
+ * wireup::ConnectionOwner callbacks, on the async thread). The data path is
+ * in ep.cc.
+ */
+#include "ep/ep.h"
+
+#include "iface/address.h"
+
+#include <cstring>
+#include <memory>
+
+namespace xqp::ep {
+
+Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
+    : handle_{}, iface_(iface), dst_(dst)
+{
+    ucs_queue_head_init(&pending_);
+    tx_queue_len_            = iface->tx_queue_len();
+    tx_moderation_           = iface->tx_moderation();
+    sig_countdown_           = tx_moderation_;
+    max_inline_              = iface->max_inline();
+    put_inl_wr_.sg_list      = &put_inl_sge_;
+    put_inl_wr_.num_sge      = 1;
+    am_inl_wr_.sg_list       = am_inl_sge_;
+    am_inl_sge_[0].length    = sizeof(uint64_t); /* the AM header */
+    handle_.owner            = this;
+    ucs_status_t status = UCS_CLASS_INIT(uct_base_ep_t, &handle_.super, iface->base());
+    if (status != UCS_OK) {
+        throw Error(status, "cannot initialize the base endpoint");
+    }
+    iface::WireupGuard guard(*iface_);
+    /* sharing: the connection the peer opened toward this endpoint, if it
+     * did (iface/sharing.cc) */
+    const wireup::ListenerKey key = wireup::listener_key(dst_);
+    uint32_t pair_sn              = 0;
+    if (iface_->sharing() && (key != iface_->wireup_config().listener)) {
+        pair_sn = iface_->next_pair_sn(key);
+        conn_   = iface_->bind_shared(this, key, pair_sn);
+    }
+    if (conn_ != nullptr) {
+        bound_ = true;
+        if (conn_->state() == wireup::ConnState::Connected) {
+            qp_ = conn_->qp();
+            state_.store(State::Connected, std::memory_order_release);
+        } /* otherwise the interface passes on_established on */
+    } else {
+        status = iface_->arm_timer(); /* it times the attempts out */
+        if (status != UCS_OK) {
+            UCS_CLASS_CLEANUP(uct_base_ep_t, &handle_.super);
+            throw Error(status, "cannot add the connection timer");
+        }
+        own_  = std::make_unique<wireup::Connection>(iface->cm(), iface->ece_provider(),
+                                                     iface->wireup_config(), *this,
+                                                     iface->next_conn_id());
+        conn_ = own_.get();
+        conn_->connect(dst_, pair_sn);
+    }
+    iface_->add_ep(this); /* the interface's timer walks its endpoints */
+}
+
+Endpoint::~Endpoint()
+{
+    if (deferring()) {
+        fail_deferred(UCS_ERR_CANCELED); /* never on the wire */
+    }
+    bool hand_over;
+    {
+        /* a shared connection the peer may still send on outlives the
+         * endpoint (iface/sharing.cc) */
+        iface::WireupGuard guard(*iface_);
+        hand_over = conn_->shared() && (state() == State::Connected) &&
+                    (conn_->state() == wireup::ConnState::Connected) && !conn_->qp_retired() &&
+                    !peer_released_;
+    }
+    if (hand_over) {
+        hand_over_connection();
+    } else {
+        close_connection();
+    }
+    if (outstanding() > 0) {
+        /* what never completed (the device is gone, or the drain timed
+         * out) no longer counts against the interface */
+        iface_->tx_completed(outstanding());
+        completed_sn_ = posted_sn_;
+    }
+    for (auto &[sn, comp] : flushes_) {
+        uct_invoke_completion(comp, UCS_ERR_CANCELED);
+    }
+    flushes_.clear();
+    if (bound_ && !hand_over) {
+        /* after the drain: the interface destroys the closed connection */
+        iface::WireupGuard guard(*iface_);
+        iface_->unbind_shared(conn_, peer_released_);
+    }
+    /* own_ is destroyed after this body, still before the base class */
+    UCS_CLASS_CLEANUP(uct_base_ep_t, &handle_.super);
+}
+
+bool Endpoint::crosses(const wireup::ListenerKey &key, uint32_t pair_sn) const
+{
+    return !bound_ && !destroying_ && (own_ != nullptr) && (own_->pair_sn() == pair_sn) &&
+           own_->attempting() && (wireup::listener_key(dst_) == key);
+}
+
+void Endpoint::take_accepted(wireup::Connection *conn)
+{
+    /* the data path never saw the attempt's QP (the endpoint is still
+     * connecting), so it goes at once with its cm_id */
+    ucs_debug("xqp: ep %p to %s: the peer connects to us at the same time: using its "
+              "connection", this, iface::to_string(dst_).c_str());
+    own_.reset();
+    conn_  = conn;
+    bound_ = true;
+}
+
+void Endpoint::close_connection()
+{
+    if ((unsignaled() > 0) && (outstanding() > 0) && (state() == State::Connected) &&
+        !has_tx_resources()) {
+        /* the marker below needs a send queue slot, a TxOp and a credit:
+         * signaled requests in flight (this endpoint's, or near the
+         * interface's bound anybody's) return them */
+        iface_->reap_until([this] { return has_tx_resources() || (state() != State::Connected); });
+    }
+    {
+        iface::WireupGuard guard(*iface_);
+        destroying_ = true;
+        iface_->remove_ep(this); /* also from the dispatch lists */
+        /* after this no rdma_cm event or timer reaches the connection: the
+         * async thread may run again as soon as the lock is released */
+        conn_->close();
+        /* requests still in flight end with a flush error: collect them before
+         * the QP (owned by the connection) is destroyed. Unsignaled ones that
+         * already completed report nothing: a marker after them does. */
+        if ((outstanding() > 0) && (qp() != nullptr)) {
+            if ((unsignaled() > 0) && has_tx_resources()) {
+                post_marker(nullptr); /* on a failed QP it completes with a flush error */
+            }
+            conn_->retire_qp();
+        }
+    }
+    iface_->drain(this);
+}
+
+void Endpoint::hand_over_connection()
+{
+    /* the requests in flight complete as usual, then the release message
+     * after them tells the peer; the connection stays up */
+    if (!has_tx_resources()) {
+        iface_->reap_until([this] { return has_tx_resources() || (state() != State::Connected); });
+    }
+    {
+        iface::WireupGuard guard(*iface_);
+        destroying_ = true;
+        iface_->remove_ep(this);
+    }
+    if ((state() == State::Connected) && has_tx_resources()) {
+        post_release();
+    }
+    iface_->drain(this);
+    iface::WireupGuard guard(*iface_);
+    if (bound_) {
+        iface_->unbind_shared(conn_, peer_released_);
+    } else {
+        iface_->adopt(std::move(own_));
+    }
+    conn_ = nullptr;
+}
+
+Endpoint *Endpoint::from(uct_ep_h ep)
+{
+    if ((ep == nullptr) || (iface::Iface::from(ep->iface) == nullptr)) {
+        return nullptr;
+    }
+    return from_unchecked(ep);
+}
+
+/* The endpoint's identity is its destination, whatever the state of its
+ * connection: UCP asks to find the lane that leads to an address. */
+bool Endpoint::connects_to(const sockaddr_storage &dst) const
+{
+    if (dst.ss_family != dst_.ss_family) {
+        return false;
+    }
+    if (dst.ss_family == AF_INET) {
+        const auto &a = reinterpret_cast<const sockaddr_in &>(dst);
+        const auto &b = reinterpret_cast<const sockaddr_in &>(dst_);
+        return (a.sin_port == b.sin_port) && (a.sin_addr.s_addr == b.sin_addr.s_addr);
+    }
+    const auto &a = reinterpret_cast<const sockaddr_in6 &>(dst);
+    const auto &b = reinterpret_cast<const sockaddr_in6 &>(dst_);
+    return (a.sin6_port == b.sin6_port) &&
+           (std::memcmp(&a.sin6_addr, &b.sin6_addr, sizeof(a.sin6_addr)) == 0);
+}
+
+/* ------------------------------------------------------------------ wireup */
+
+void Endpoint::on_established(wireup::Connection &conn)
+{
+    qp_ = conn.qp();
+    state_.store(State::Connected, std::memory_order_release);
+    schedule_progress();
+}
+
+void Endpoint::on_failed(wireup::Connection &conn)
+{
+    fail_status_ = conn.status();
+    state_.store(State::Failed, std::memory_order_release);
+    ucs_debug("xqp: ep %p to %s failed: %s", this, iface::to_string(dst_).c_str(),
+              conn.error().c_str());
+    schedule_progress();
+}
+
+void Endpoint::on_closed(wireup::Connection &)
+{
+    /* the peer disconnected (or died: the kernel disconnects for it); the
+     * connection retired the QP, so requests in flight end now. A peer
+     * that is gone is UCS_ERR_ENDPOINT_TIMEOUT, as uct_tcp and rc_verbs
+     * report it: UCP's failed lanes answer every later request with that
+     * status, and the error handler must have seen the same one. */
+    fail_status_ = UCS_ERR_ENDPOINT_TIMEOUT;
+    state_.store(State::Failed, std::memory_order_release);
+    schedule_progress();
+}
+
+void Endpoint::inject_failure(ucs_status_t status, unsigned hold_us)
+{
+    iface::WireupGuard guard(*iface_);
+    if (!destroying_) {
+        conn_->inject_failure(status, "failure injected (test hook)", hold_us);
+    }
+}
+
+void Endpoint::on_log(wireup::Connection &, const std::string &line)
+{
+    ucs_debug("xqp: ep %p to %s: %s", this, iface::to_string(dst_).c_str(), line.c_str());
+}
+
+void Endpoint::schedule_progress()
+{
+    /* wireup lock held (async thread, or completion_error): pending requests
+     * and error handlers run in the application's progress, where the
+     * interface dispatches the endpoints listed here. A dying endpoint
+     * schedules nothing. */
+    if (!destroying_) {
+        iface_->schedule_dispatch(this);
+    }
+}
+
+void Endpoint::wireup_info(xqp_wireup_info_t *info) const
+{
+    iface::WireupGuard guard(*iface_);
+    iface::fill_wireup_info(*conn_, info);
+}
+
+} // namespace xqp::ep

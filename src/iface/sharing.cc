@@ -1,0 +1,153 @@
+/*
+ * xqp - connection sharing (UCX_XQP_SHARE): one RC connection for the two
+ * endpoints a pair of interfaces create toward each other.
+ *
+ * Matching. Interfaces are known by their listener address (ListenerKey).
+ * Every endpoint an interface creates toward a peer interface gets the next
+ * pair number for that peer (1, 2, ...), which its connect request carries
+ * (hello version 2). When interface B accepted a connection from A with pair
+ * number n, and B's user then creates its n-th endpoint toward A, that
+ * endpoint sends on the accepted connection: no QP and no handshake of its
+ * own. So the i-th endpoint either side creates pairs with the other side's
+ * i-th. An endpoint to its own interface never shares.
+ *
+ * Lifetime. A shared connection serves both sides, so it stays until
+ * neither side uses it. An endpoint that stops using one while the peer may
+ * still send on it (it is up, and the peer has not said it stopped) sends a
+ * release message (SEND with immediate data kReleaseImm), after its own
+ * requests, and leaves the connection to its interface:
+ *  - an endpoint's own connection is adopted by the interface (adopt);
+ *  - an accepted one stays held, and is never bound again (released).
+ * The side that receives a release while no endpoint of its own uses the
+ * connection any more disconnects it; otherwise its endpoint disconnects
+ * when it is destroyed, as without sharing. The disconnect ends it on both
+ * sides; a failure fails both sides' users.
+ *
+ * Simultaneous connect. When both sides create their endpoints before
+ * either request arrives, each side's request finds the other's endpoint
+ * still connecting (crossing_ep). The listener keys decide, the same way on
+ * both sides: the connection of the side with the lower key is kept. That
+ * side refuses the peer's request with a Yield hello (yield_request), and
+ * the peer's endpoint waits (ConnState::Awaiting); the other side accepts
+ * the request and binds its endpoint to it, dropping its own attempt
+ * (Endpoint::take_accepted). A peer whose request never comes is waited for
+ * connect_timeout_s, then connected to again.
+ */
+#include "iface/iface.h"
+
+#include "ep/ep.h"
+
+namespace xqp::iface {
+
+uint32_t Iface::next_pair_sn(const wireup::ListenerKey &key)
+{
+    return ++pair_seq_[key];
+}
+
+Iface::Held *Iface::held_of(const wireup::Connection *conn)
+{
+    for (auto &held : passive_) {
+        if (held.conn.get() == conn) {
+            return &held;
+        }
+    }
+    return nullptr;
+}
+
+wireup::Connection *Iface::bind_shared(ep::Endpoint *ep, const wireup::ListenerKey &key,
+                                       uint32_t pair_sn)
+{
+    for (auto &held : passive_) {
+        wireup::Connection &conn = *held.conn;
+        const auto state = conn.state();
+        if ((held.user == nullptr) && !held.released && !held.peer_released &&
+            !conn.active() && conn.shared() && (conn.pair_sn() == pair_sn) &&
+            (conn.peer_hello().listener == key) &&
+            ((state == wireup::ConnState::Accepting) ||
+             (state == wireup::ConnState::Connected))) {
+            held.user = ep;
+            ucs_debug("xqp: %s: ep %p shares the connection accepted from %s (pair %u)",
+                      resource_name_.c_str(), ep, wireup::to_string(key).c_str(), pair_sn);
+            return &conn;
+        }
+    }
+    return nullptr;
+}
+
+ep::Endpoint *Iface::crossing_ep(const wireup::Hello &hello) const
+{
+    if (!hello.listener.known() || (hello.listener == wireup_config_.listener)) {
+        return nullptr;
+    }
+    for (auto *ep : eps_) {
+        if (ep->crosses(hello.listener, hello.pair_sn)) {
+            return ep;
+        }
+    }
+    return nullptr;
+}
+
+void Iface::unbind_shared(wireup::Connection *conn, bool peer_released)
+{
+    Held *held = held_of(conn);
+    if (held == nullptr) {
+        return;
+    }
+    held->user          = nullptr;
+    held->released      = true;
+    held->peer_released = held->peer_released || peer_released;
+    if (held->peer_released) {
+        held->conn->close(); /* neither side uses it: disconnect */
+    }
+    reap_held();
+}
+
+void Iface::adopt(std::unique_ptr<wireup::Connection> conn)
+{
+    conn->set_owner(*this);
+    passive_.push_back(Held{std::move(conn), nullptr, false, true});
+    reap_held(); /* it may have ended meanwhile */
+}
+
+void Iface::on_peer_release(uint32_t qp_num)
+{
+    if (ep::Endpoint *ep = ep_of_qp(qp_num)) {
+        ep->on_peer_release(); /* it disconnects when it is destroyed */
+        return;
+    }
+    WireupGuard guard(*this);
+    for (auto &held : passive_) {
+        const ibv_qp *qp = held.conn->qp();
+        if ((qp == nullptr) || (qp->qp_num != qp_num)) {
+            continue;
+        }
+        held.peer_released = true;
+        if (held.user == nullptr) {
+            held.conn->close();
+            reap_held();
+        }
+        return;
+    }
+    ucs_debug("xqp: %s: release message on qp 0x%x, which no connection has",
+              resource_name_.c_str(), qp_num);
+}
+
+void Iface::reap_held()
+{
+    for (auto it = passive_.begin(); it != passive_.end();) {
+        const auto state = it->conn->state();
+        if ((it->user == nullptr) &&
+            ((state == wireup::ConnState::Failed) || (state == wireup::ConnState::Closed))) {
+            for (auto &slot : passive_slots_) {
+                if (slot == it->conn.get()) {
+                    slot = nullptr;
+                }
+            }
+            it = passive_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+} // namespace xqp::iface

@@ -1,0 +1,268 @@
+/*
+ * Connection sharing (UCX_XQP_SHARE=y): the endpoint an interface creates
+ * toward a peer that already connected to it sends on the accepted
+ * connection, and a shared connection stays until neither side uses it.
+ *
+ * Each test opens its own pair of interfaces A and B with sharing on (the
+ * Bed's sender and receiver do not share) and checks bytes on both
+ * directions, the connections each interface accepted
+ * (xqp_iface_passive_count), those it holds (xqp_iface_connection_count)
+ * and the QP each endpoint sends on (xqp_ep_wireup_info).
+ */
+#include "bed.h"
+
+#include <xqp/xqp.h>
+
+namespace {
+
+using namespace xqp_test;
+
+using CountFn = int (*)(uct_iface_h);
+using InfoFn  = int (*)(uct_ep_h, xqp_wireup_info_t *);
+using PInfoFn = int (*)(uct_iface_h, unsigned, xqp_wireup_info_t *);
+
+constexpr uint8_t kShareAm = 7;
+
+class Sharing : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        if (expected_device().empty()) {
+            GTEST_SKIP() << "XQP_EXPECT_DEVICE is not set (no RDMA device to test)";
+        }
+        b_ = Bed::get();
+        ASSERT_TRUE(b_->failure.empty()) << b_->failure;
+        passive_count_ = xqp_api<CountFn>("xqp_iface_passive_count");
+        held_count_    = xqp_api<CountFn>("xqp_iface_connection_count");
+        ep_info_       = xqp_api<InfoFn>("xqp_ep_wireup_info");
+        passive_info_  = xqp_api<PInfoFn>("xqp_iface_passive_info");
+        ASSERT_NE(nullptr, held_count_) << "xqp_iface_connection_count is not exported";
+        ASSERT_NE(nullptr, passive_count_);
+        ASSERT_NE(nullptr, ep_info_);
+        ASSERT_NE(nullptr, passive_info_);
+        errors_at_start_ = b_->ep_errors.size();
+        for (auto *iface : {&a_, &b_iface_}) {
+            ASSERT_EQ(UCS_OK, b_->open_iface_with(kRxHeadroom, {{"SHARE", share_}}, iface));
+        }
+        ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(a_, kShareAm, am_handler, &at_a_, 0));
+        ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(b_iface_, kShareAm, am_handler, &at_b_, 0));
+    }
+
+    void TearDown() override
+    {
+        for (auto *ep : {&ab_, &ba_}) {
+            if (*ep != nullptr) {
+                uct_ep_destroy(*ep);
+                *ep = nullptr;
+            }
+        }
+        for (auto *iface : {&a_, &b_iface_}) {
+            if (*iface != nullptr) {
+                uct_iface_close(*iface);
+                *iface = nullptr;
+            }
+        }
+        if (b_ != nullptr) {
+            EXPECT_EQ(errors_at_start_, b_->ep_errors.size()) << "an endpoint failed";
+        }
+    }
+
+    /* an AM of n bytes (a pattern with salt) from ep, received whole by sink */
+    void send_checked(uct_ep_h ep, AmSink &sink, size_t n, uint8_t salt)
+    {
+        const auto data   = make_pattern(n, salt);
+        const size_t seen = sink.msgs.size();
+        ucs_status_t status;
+        ASSERT_TRUE(b_->wait_for([&] {
+            status = uct_ep_am_short(ep, kShareAm, 0x5eedull + salt, data.data(),
+                                     static_cast<unsigned>(n));
+            return status != UCS_ERR_NO_RESOURCE;
+        }));
+        ASSERT_EQ(UCS_OK, status);
+        ASSERT_EQ(UCS_OK, b_->flush(ep));
+        ASSERT_TRUE(b_->wait_for([&] { return sink.msgs.size() > seen; }))
+                << "the message did not arrive";
+        const auto &msg = sink.msgs.back();
+        ASSERT_EQ(sizeof(uint64_t) + n, msg.size());
+        uint64_t header;
+        std::memcpy(&header, msg.data(), sizeof(header));
+        EXPECT_EQ(0x5eedull + salt, header);
+        EXPECT_TRUE(std::equal(data.begin(), data.end(), msg.begin() + sizeof(header)))
+                << "payload differs";
+    }
+
+    xqp_wireup_info_t info(uct_ep_h ep)
+    {
+        xqp_wireup_info_t i = {};
+        EXPECT_EQ(0, ep_info_(ep, &i));
+        return i;
+    }
+
+    /* A connects to B and sends; then B creates its endpoint toward A */
+    void connect_both()
+    {
+        ASSERT_EQ(UCS_OK, b_->connect(a_, b_iface_, &ab_));
+        ASSERT_NO_FATAL_FAILURE(send_checked(ab_, at_b_, 24, 1));
+        ASSERT_EQ(1, passive_count_(b_iface_));
+        ASSERT_EQ(UCS_OK, b_->connect(b_iface_, a_, &ba_));
+        ASSERT_NO_FATAL_FAILURE(send_checked(ba_, at_a_, 40, 2));
+    }
+
+    Bed        *b_       = nullptr;
+    uct_iface_h a_       = nullptr;
+    uct_iface_h b_iface_ = nullptr;
+    uct_ep_h    ab_      = nullptr;
+    uct_ep_h    ba_      = nullptr;
+    AmSink      at_a_;
+    AmSink      at_b_;
+    std::string share_   = "y";
+    size_t      errors_at_start_ = 0;
+    CountFn     passive_count_ = nullptr;
+    CountFn     held_count_    = nullptr;
+    InfoFn      ep_info_       = nullptr;
+    PInfoFn     passive_info_  = nullptr;
+};
+
+class NoSharing : public Sharing {
+protected:
+    void SetUp() override
+    {
+        share_ = "n";
+        Sharing::SetUp();
+    }
+};
+
+TEST_F(Sharing, TheReverseEndpointSendsOnTheAcceptedConnection)
+{
+    ASSERT_NO_FATAL_FAILURE(connect_both());
+    /* A accepted nothing: B's endpoint made no handshake of its own */
+    EXPECT_EQ(0, passive_count_(a_));
+    EXPECT_EQ(1, passive_count_(b_iface_));
+    xqp_wireup_info_t accepted = {};
+    ASSERT_EQ(0, passive_info_(b_iface_, 0, &accepted));
+    EXPECT_EQ(XQP_CONN_CONNECTED, accepted.state);
+    EXPECT_EQ(accepted.qp_num, info(ba_).qp_num) << "B's endpoint sends on another QP";
+    EXPECT_EQ(1u, info(ba_).attempts);
+    /* both directions keep working, many messages in a row */
+    for (uint8_t i = 0; i < 8; ++i) {
+        ASSERT_NO_FATAL_FAILURE(send_checked(ba_, at_a_, 8 + i, 10 + i));
+        ASSERT_NO_FATAL_FAILURE(send_checked(ab_, at_b_, 16 + i, 20 + i));
+    }
+}
+
+TEST_F(NoSharing, EachSideConnectsItsOwnEndpoint)
+{
+    ASSERT_NO_FATAL_FAILURE(connect_both());
+    EXPECT_EQ(1, passive_count_(a_));
+    EXPECT_EQ(1, passive_count_(b_iface_));
+}
+
+TEST_F(Sharing, TheConnectionOutlivesTheActiveSidesEndpoint)
+{
+    ASSERT_NO_FATAL_FAILURE(connect_both());
+    uct_ep_destroy(ab_);
+    ab_ = nullptr;
+    /* A keeps the connection for B, which still sends on it */
+    EXPECT_EQ(1, held_count_(a_));
+    for (uint8_t i = 0; i < 4; ++i) {
+        ASSERT_NO_FATAL_FAILURE(send_checked(ba_, at_a_, 32, 30 + i));
+    }
+    /* B's endpoint goes too: the connection is closed on both sides */
+    uct_ep_destroy(ba_);
+    ba_ = nullptr;
+    EXPECT_TRUE(b_->wait_for([&] { return (held_count_(a_) == 0) && (held_count_(b_iface_) == 0); }))
+            << "still held: A " << held_count_(a_) << ", B " << held_count_(b_iface_);
+}
+
+TEST_F(Sharing, TheConnectionOutlivesThePassiveSidesEndpoint)
+{
+    ASSERT_NO_FATAL_FAILURE(connect_both());
+    uct_ep_destroy(ba_);
+    ba_ = nullptr;
+    /* B holds the connection it accepted: A still sends on it */
+    for (uint8_t i = 0; i < 4; ++i) {
+        ASSERT_NO_FATAL_FAILURE(send_checked(ab_, at_b_, 48, 40 + i));
+    }
+    EXPECT_EQ(1, held_count_(b_iface_));
+    uct_ep_destroy(ab_);
+    ab_ = nullptr;
+    EXPECT_TRUE(b_->wait_for([&] { return (held_count_(a_) == 0) && (held_count_(b_iface_) == 0); }))
+            << "still held: A " << held_count_(a_) << ", B " << held_count_(b_iface_);
+}
+
+TEST_F(Sharing, AConnectionWhoseEndpointsAreGoneIsNotBoundAgain)
+{
+    ASSERT_NO_FATAL_FAILURE(connect_both());
+    uct_ep_destroy(ba_);
+    ba_ = nullptr;
+    /* B's second endpoint toward A is pair 2: A has not opened that one,
+     * so it connects (A accepts it) */
+    ASSERT_EQ(UCS_OK, b_->connect(b_iface_, a_, &ba_));
+    ASSERT_NO_FATAL_FAILURE(send_checked(ba_, at_a_, 12, 50));
+    EXPECT_EQ(1, passive_count_(a_));
+    EXPECT_NE(info(ab_).qp_num, 0u);
+}
+
+TEST_F(Sharing, AFailureOfTheSharedConnectionFailsBothEndpoints)
+{
+    ASSERT_NO_FATAL_FAILURE(connect_both());
+    using InjectFn = int (*)(uct_ep_h, ucs_status_t, unsigned);
+    auto inject    = xqp_api<InjectFn>("xqp_ep_inject_failure");
+    ASSERT_NE(nullptr, inject);
+    /* B's endpoint sends on the connection B accepted: failing it there
+     * fails B's endpoint, and A's through the disconnect */
+    ASSERT_EQ(0, inject(ba_, UCS_ERR_ENDPOINT_TIMEOUT, 0));
+    const size_t before = errors_at_start_;
+    EXPECT_TRUE(b_->wait_for([&] { return b_->ep_errors.size() >= before + 2; }))
+            << b_->ep_errors.size() - before << " endpoint errors";
+    bool saw_ab = false, saw_ba = false;
+    for (size_t i = before; i < b_->ep_errors.size(); ++i) {
+        saw_ab = saw_ab || (b_->ep_errors[i].first == ab_);
+        saw_ba = saw_ba || (b_->ep_errors[i].first == ba_);
+    }
+    EXPECT_TRUE(saw_ab) << "A's endpoint was not failed";
+    EXPECT_TRUE(saw_ba) << "B's endpoint was not failed";
+    errors_at_start_ = b_->ep_errors.size(); /* expected */
+    uct_ep_destroy(ab_);
+    ab_ = nullptr;
+    uct_ep_destroy(ba_);
+    ba_ = nullptr;
+    EXPECT_TRUE(b_->wait_for([&] { return (held_count_(a_) == 0) && (held_count_(b_iface_) == 0); }));
+}
+
+TEST_F(Sharing, SimultaneousConnectsConvergeToOneConnection)
+{
+    for (int round = 0; round < 6; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        const int accepted = passive_count_(a_) + passive_count_(b_iface_);
+        /* both endpoints before either connection is up, in either order */
+        if (round % 2 == 0) {
+            ASSERT_EQ(UCS_OK, b_->create_ep(a_, b_iface_, &ab_));
+            ASSERT_EQ(UCS_OK, b_->create_ep(b_iface_, a_, &ba_));
+        } else {
+            ASSERT_EQ(UCS_OK, b_->create_ep(b_iface_, a_, &ba_));
+            ASSERT_EQ(UCS_OK, b_->create_ep(a_, b_iface_, &ab_));
+        }
+        ASSERT_EQ(UCS_OK, b_->flush(ab_));
+        ASSERT_EQ(UCS_OK, b_->flush(ba_));
+        /* one handshake: one side accepted, and its endpoint sends on it */
+        EXPECT_EQ(accepted + 1, passive_count_(a_) + passive_count_(b_iface_));
+        const auto ia = info(ab_), ib = info(ba_);
+        EXPECT_EQ(XQP_CONN_CONNECTED, ia.state);
+        EXPECT_EQ(XQP_CONN_CONNECTED, ib.state);
+        /* ECE was negotiated once: both report the same agreement */
+        EXPECT_EQ(ia.ece_agreed.vendor_id, ib.ece_agreed.vendor_id);
+        EXPECT_EQ(ia.ece_agreed.options, ib.ece_agreed.options);
+        ASSERT_NO_FATAL_FAILURE(send_checked(ab_, at_b_, 20, 60 + round));
+        ASSERT_NO_FATAL_FAILURE(send_checked(ba_, at_a_, 28, 70 + round));
+        uct_ep_destroy(ab_);
+        ab_ = nullptr;
+        uct_ep_destroy(ba_);
+        ba_ = nullptr;
+        EXPECT_TRUE(b_->wait_for(
+                [&] { return (held_count_(a_) == 0) && (held_count_(b_iface_) == 0); }))
+                << "still held: A " << held_count_(a_) << ", B " << held_count_(b_iface_);
+    }
+}
+
+} // namespace
