@@ -1966,17 +1966,24 @@ std::vector<uint8_t> shared_hello(Hello::Kind kind, uint32_t conn_id, uint32_t p
     return buf;
 }
 
+/* an active connection with sharing, its request sent (pair pair_sn) */
+void connect_shared(Rig &r, uint32_t pair_sn)
+{
+    r.cfg.share    = true;
+    r.cfg.listener = key_of(0xc0000201, 7000);
+    r.make();
+    r.conn->connect(Rig::dst(), pair_sn);
+    r.feed(RDMA_CM_EVENT_ADDR_RESOLVED);
+    r.feed(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    ASSERT_EQ(ConnState::Connecting, r.conn->state());
+}
+
 } // namespace
 
 TEST(WireupConnection, SharingActiveSendsItsListenerAndPairNumber)
 {
     Rig r;
-    r.cfg.share    = true;
-    r.cfg.listener = key_of(0xc0000201, 7000);
-    r.make();
-    r.conn->connect(Rig::dst(), 3);
-    r.feed(RDMA_CM_EVENT_ADDR_RESOLVED);
-    r.feed(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    connect_shared(r, 3);
     ASSERT_EQ(1u, r.cm.connects.size());
     ASSERT_EQ(kHelloSizeV2, r.cm.connects[0].pdata.size());
     const Hello req = decoded(r.cm.connects[0].pdata);
@@ -2053,12 +2060,8 @@ TEST(WireupConnection, SharingPassiveGetsAFullSendQueueAndEchoesThePair)
 TEST(WireupConnection, SharingYieldRejectMakesTheActiveSideWait)
 {
     Rig r;
-    r.cfg.share             = true;
     r.cfg.connect_timeout_s = 2.0;
-    r.make();
-    r.conn->connect(Rig::dst(), 1);
-    r.feed(RDMA_CM_EVENT_ADDR_RESOLVED);
-    r.feed(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    connect_shared(r, 1);
     r.take();
     /* the peer keeps its connection: ours goes, no retry, no failure */
     r.feed(RDMA_CM_EVENT_REJECTED, 28, shared_hello(Hello::Kind::Yield, kConnId, 1));
@@ -2081,11 +2084,7 @@ TEST(WireupConnection, SharingYieldRejectMakesTheActiveSideWait)
 TEST(WireupConnection, SharingYieldOfAnotherPairIsARejectLikeAnyOther)
 {
     Rig r;
-    r.cfg.share = true;
-    r.make();
-    r.conn->connect(Rig::dst(), 1);
-    r.feed(RDMA_CM_EVENT_ADDR_RESOLVED);
-    r.feed(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    connect_shared(r, 1);
     r.take();
     /* a yield for pair 2 does not concern this connection: retried */
     r.feed(RDMA_CM_EVENT_REJECTED, 28, shared_hello(Hello::Kind::Yield, kConnId, 2));
