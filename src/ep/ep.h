@@ -62,7 +62,7 @@ public:
     /* requests posted and not yet known to be complete */
     unsigned outstanding() const { return static_cast<unsigned>(posted_sn_ - completed_sn_); }
     /* completions may still come for what was posted (main thread, after
-     * conn_.close(): the connection no longer changes under it) */
+     * conn_->close(): the connection no longer changes under it) */
     bool qp_completes() const { return conn_->qp_completes(); }
     /* wireup lock held: its connection is being attempted */
     bool attempting() const { return conn_->attempting(); }
