@@ -188,8 +188,8 @@ void Iface::record_passive(wireup::Connection &conn)
 void Iface::on_established(wireup::Connection &conn)
 {
     record_passive(conn);
-    if (Held *held = held_of(&conn); (held != nullptr) && (held->user != nullptr)) {
-        held->user->on_established(conn);
+    if (ep::Endpoint *user = user_of(conn)) {
+        user->on_established(conn);
     }
 }
 
@@ -198,16 +198,16 @@ void Iface::on_failed(wireup::Connection &conn)
     record_passive(conn);
     ucs_debug("xqp: %s: %s connection failed: %s", resource_name_.c_str(),
               conn.active() ? "released" : "passive", conn.error().c_str());
-    if (Held *held = held_of(&conn); (held != nullptr) && (held->user != nullptr)) {
-        held->user->on_failed(conn);
+    if (ep::Endpoint *user = user_of(conn)) {
+        user->on_failed(conn);
     }
 }
 
 void Iface::on_closed(wireup::Connection &conn)
 {
     record_passive(conn);
-    if (Held *held = held_of(&conn); (held != nullptr) && (held->user != nullptr)) {
-        held->user->on_closed(conn);
+    if (ep::Endpoint *user = user_of(conn)) {
+        user->on_closed(conn);
     }
 }
 

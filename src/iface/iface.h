@@ -50,6 +50,10 @@ class Endpoint;
 
 namespace xqp::iface {
 
+/* The immediate data of the message that says "this side no longer uses
+ * the shared connection" (sharing.cc): outside the AM ids (< 32). */
+constexpr uint32_t kReleaseImm = 0x58510001u;
+
 /*
  * One signaled work request in flight. wr_id points here; the completion
  * finds its endpoint, what to finish (user completion, bcopy unpack, fetched
@@ -62,10 +66,6 @@ namespace xqp::iface {
  * is even): only an error produces their completion, which then names the
  * request by its sequence number and the endpoint by its QP.
  */
-/* The immediate data of the message that says "this side no longer uses
- * the shared connection" (sharing.cc): outside the AM ids (< 32). */
-constexpr uint32_t kReleaseImm = 0x58510001u;
-
 struct TxOp {
     enum class Kind : uint8_t { Plain, GetBcopy, Fetch64 };
     ep::Endpoint         *ep     = nullptr;
@@ -298,6 +298,8 @@ private:
     /* the held connection's entry; nullptr when conn is not held */
     struct Held;
     Held *held_of(const wireup::Connection *conn);
+    /* the endpoint that sends on held connection conn; nullptr when none */
+    ep::Endpoint *user_of(const wireup::Connection &conn);
     /* destroys the held connections that ended and that no endpoint uses */
     void reap_held();
     /* a CONNECT_REQUEST (wireup lock held) */

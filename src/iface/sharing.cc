@@ -54,6 +54,12 @@ Iface::Held *Iface::held_of(const wireup::Connection *conn)
     return nullptr;
 }
 
+ep::Endpoint *Iface::user_of(const wireup::Connection &conn)
+{
+    const Held *held = held_of(&conn);
+    return (held != nullptr) ? held->user : nullptr;
+}
+
 wireup::Connection *Iface::bind_shared(ep::Endpoint *ep, const wireup::ListenerKey &key,
                                        uint32_t pair_sn)
 {

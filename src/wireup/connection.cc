@@ -169,23 +169,33 @@ void Connection::start_attempt()
     }
 }
 
-ConnParams Connection::conn_params(uint8_t *buf, Hello::Kind kind, uint32_t conn_id)
+/* the hello this side sends; version 2 (sharing) carries the pair number
+ * and the listener */
+static Hello local_hello(const WireupConfig &config, Hello::Kind kind, uint32_t conn_id,
+                         bool v2, uint32_t pair_sn)
 {
     Hello hello;
     hello.kind        = kind;
     hello.conn_id     = conn_id;
-    hello.iface_uuid  = config_.iface_uuid;
-    hello.credits     = config_.credits;
-    hello.max_am_size = config_.max_am_size;
-    /* a reply is of the request's version: a peer that sent version 1 may
-     * not read version 2 */
-    if (config_.share &&
-        ((kind == Hello::Kind::Request) || (peer_hello_.version == kHelloVersionShare))) {
+    hello.iface_uuid  = config.iface_uuid;
+    hello.credits     = config.credits;
+    hello.max_am_size = config.max_am_size;
+    if (v2) {
         hello.version  = kHelloVersionShare;
         hello.share    = true;
-        hello.pair_sn  = pair_sn_;
-        hello.listener = config_.listener;
+        hello.pair_sn  = pair_sn;
+        hello.listener = config.listener;
     }
+    return hello;
+}
+
+ConnParams Connection::conn_params(uint8_t *buf, Hello::Kind kind, uint32_t conn_id)
+{
+    /* a reply is of the request's version: a peer that sent version 1 may
+     * not read version 2 */
+    const bool  v2    = config_.share && ((kind == Hello::Kind::Request) ||
+                                          (peer_hello_.version == kHelloVersionShare));
+    const Hello hello = local_hello(config_, kind, conn_id, v2, pair_sn_);
 
     ConnParams params;
     params.qp_num              = qp_->qp_num;
@@ -374,16 +384,8 @@ bool Connection::is_yield(const CmEvent &event) const
 int yield_request(CmOps &cm, const WireupConfig &config, const CmEvent &request,
                   const Hello &hello)
 {
-    Hello yield;
-    yield.kind        = Hello::Kind::Yield;
-    yield.conn_id     = hello.conn_id;
-    yield.iface_uuid  = config.iface_uuid;
-    yield.credits     = config.credits;
-    yield.max_am_size = config.max_am_size;
-    yield.version     = kHelloVersionShare;
-    yield.share       = true;
-    yield.pair_sn     = hello.pair_sn;
-    yield.listener    = config.listener;
+    const Hello yield = local_hello(config, Hello::Kind::Yield, hello.conn_id, true,
+                                    hello.pair_sn);
     uint8_t buf[kHelloSizeV2];
     const int err = cm.reject_yield(request.id, buf,
                                     static_cast<uint8_t>(encode(yield, buf, sizeof(buf))));

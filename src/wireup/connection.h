@@ -59,7 +59,7 @@ struct WireupConfig {
     uint32_t  max_am_size = 1;
     uint8_t   responder_resources = 1;
     uint8_t   initiator_depth     = 1;
-    /* connection sharing (iface/sharing.h): hellos are version 2 and say
+    /* connection sharing (iface/sharing.cc): hellos are version 2 and say
      * so, with the interface's listener as the peers know it */
     bool        share    = false;
     ListenerKey listener = {};
@@ -164,7 +164,7 @@ public:
     const EceResult   &ece_result() const { return ece_.result(); }
     const Hello       &peer_hello() const { return peer_hello_; }
     /* both sides share connections: the peer may send on this one too, and
-     * says when it stops using it (iface/sharing.h) */
+     * says when it stops using it (iface/sharing.cc) */
     bool               shared() const { return config_.share && peer_hello_.share; }
     /* the sharing pair number: the active side's, echoed by the passive */
     uint32_t           pair_sn() const { return pair_sn_; }

@@ -22,7 +22,7 @@
  * private data of rdma_reject, version 2 only).
  *
  * Version 2 is sent when the sender shares connections (UCX_XQP_SHARE,
- * iface/sharing.h); it keeps version 1's fields and appends who the sender
+ * iface/sharing.cc); it keeps version 1's fields and appends who the sender
  * is, so that the receiver can match the connection to its own endpoint
  * toward the sender:
  *

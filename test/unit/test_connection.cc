@@ -450,7 +450,8 @@ WireupConfig test_config()
     return c;
 }
 
-std::vector<uint8_t> hello_bytes(Hello::Kind kind, uint32_t conn_id, size_t pad_to = kHelloSize)
+/* the peer's hello (version 1) */
+Hello sample_peer_hello(Hello::Kind kind, uint32_t conn_id)
 {
     Hello h;
     h.kind        = kind;
@@ -458,6 +459,12 @@ std::vector<uint8_t> hello_bytes(Hello::Kind kind, uint32_t conn_id, size_t pad_
     h.iface_uuid  = kPeerUuid;
     h.credits     = kPeerCreds;
     h.max_am_size = kPeerMaxAm;
+    return h;
+}
+
+std::vector<uint8_t> hello_bytes(Hello::Kind kind, uint32_t conn_id, size_t pad_to = kHelloSize)
+{
+    const Hello h = sample_peer_hello(kind, conn_id);
     std::vector<uint8_t> buf(pad_to < kHelloSize ? kHelloSize : pad_to, 0);
     EXPECT_EQ(kHelloSize, encode(h, buf.data(), buf.size()));
     return buf;
@@ -1951,12 +1958,7 @@ ListenerKey key_of(uint32_t ip, uint16_t port)
 std::vector<uint8_t> shared_hello(Hello::Kind kind, uint32_t conn_id, uint32_t pair_sn,
                                   bool share = true)
 {
-    Hello h;
-    h.kind        = kind;
-    h.conn_id     = conn_id;
-    h.iface_uuid  = kPeerUuid;
-    h.credits     = kPeerCreds;
-    h.max_am_size = kPeerMaxAm;
+    Hello h       = sample_peer_hello(kind, conn_id);
     h.version     = kHelloVersionShare;
     h.share       = share;
     h.pair_sn     = pair_sn;
