@@ -265,4 +265,61 @@ TEST_F(Sharing, SimultaneousConnectsConvergeToOneConnection)
     }
 }
 
+TEST_F(Sharing, SimultaneousConnectsRefusedForEceFailBothEndpoints)
+{
+    /* One side requires an ECE option (0x8) the other does not offer
+     * (0x1|0x4). Whichever connection survives the crossing, its
+     * negotiation refuses it: the requiring side rejects a request
+     * (rdma_reject_ece) or fails the reply. Both endpoints must fail, the
+     * one bound to the peer's connection included, and nothing stays held.
+     * Rounds: either side requires it, either endpoint first. */
+    using Vars = std::vector<std::pair<std::string, std::string>>;
+    const Vars requires_8 = {{"SHARE", "y"}, {"ECE", "on"}, {"ECE_REQUIRED", "0x8"},
+                             {"ECE_LOCAL", "0x15b3:0xb"}};
+    const Vars offers_5   = {{"SHARE", "y"}, {"ECE_LOCAL", "0x15b3:0x5"}};
+    for (int round = 0; round < 4; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        for (auto *iface : {&a_, &b_iface_}) {
+            uct_iface_close(*iface);
+            *iface = nullptr;
+        }
+        const bool a_requires = (round / 2 == 0);
+        ASSERT_EQ(UCS_OK, b_->open_iface_with(kRxHeadroom, a_requires ? requires_8 : offers_5, &a_));
+        ASSERT_EQ(UCS_OK,
+                  b_->open_iface_with(kRxHeadroom, a_requires ? offers_5 : requires_8, &b_iface_));
+        const size_t before = b_->ep_errors.size();
+        if (round % 2 == 0) {
+            ASSERT_EQ(UCS_OK, b_->create_ep(a_, b_iface_, &ab_));
+            ASSERT_EQ(UCS_OK, b_->create_ep(b_iface_, a_, &ba_));
+        } else {
+            ASSERT_EQ(UCS_OK, b_->create_ep(b_iface_, a_, &ba_));
+            ASSERT_EQ(UCS_OK, b_->create_ep(a_, b_iface_, &ab_));
+        }
+        bool failed_ab = false, failed_ba = false;
+        EXPECT_TRUE(b_->wait_for([&] {
+            for (size_t i = before; i < b_->ep_errors.size(); ++i) {
+                failed_ab = failed_ab || (b_->ep_errors[i].first == ab_);
+                failed_ba = failed_ba || (b_->ep_errors[i].first == ba_);
+            }
+            return failed_ab && failed_ba;
+        })) << "A's endpoint failed: " << failed_ab << ", B's: " << failed_ba;
+        for (size_t i = before; i < b_->ep_errors.size(); ++i) {
+            EXPECT_NE(UCS_OK, b_->ep_errors[i].second);
+        }
+        /* the requiring side names what was missing */
+        const auto required = info(a_requires ? ab_ : ba_);
+        EXPECT_NE(nullptr, std::strstr(required.error, "0x8")) << required.error;
+        EXPECT_NE(UCS_OK, b_->flush(ab_)) << "a refused endpoint flushed fine";
+        EXPECT_NE(UCS_OK, b_->flush(ba_)) << "a refused endpoint flushed fine";
+        errors_at_start_ = b_->ep_errors.size(); /* expected */
+        uct_ep_destroy(ab_);
+        ab_ = nullptr;
+        uct_ep_destroy(ba_);
+        ba_ = nullptr;
+        EXPECT_TRUE(b_->wait_for(
+                [&] { return (held_count_(a_) == 0) && (held_count_(b_iface_) == 0); }))
+                << "still held: A " << held_count_(a_) << ", B " << held_count_(b_iface_);
+    }
+}
+
 } // namespace

@@ -609,6 +609,50 @@ test_ucp_over_xqp_only() (
     done
 )
 
+# rc_qps_by_process: "COUNT PID" lines, the RC QPs each process holds now
+# (rdma resource names the thread that created a QP, e.g. UCX's async
+# thread: it is mapped to its process)
+rc_qps_by_process() {
+    rdma resource show qp 2>/dev/null |
+        awk '/ type RC / { for (i = 1; i < NF; i++) if ($i == "pid") print $(i + 1) }' |
+        while read -r tid; do
+            awk '/^Tgid:/ { print $2 }' "/proc/$tid/status" 2>/dev/null
+        done | sort | uniq -c
+}
+
+# ucp_qps_per_process SHARE: the RC QPs each ucx_perftest process of a UCP
+# tag_bw run over xqp held, sampled while it ran ("A B"): per process the
+# count most samples saw (while both sides connect at once, one may hold its
+# own attempt and the accepted connection for a moment)
+ucp_qps_per_process() {
+    local samples=$WORK/qp-samples.$1
+    : > "$samples"
+    ( while :; do rc_qps_by_process >> "$samples"; sleep 0.2; done ) &
+    local sampler=$!
+    perf_pair "UCX_TLS=xqp UCX_XQP_SHARE=$1" -t tag_bw -s 8 -n 100000 >&2
+    local rc=$?
+    kill "$sampler" 2>/dev/null
+    wait "$sampler" 2>/dev/null
+    [ "$rc" = 0 ] || return 1
+    # the two processes with the most samples are the perftest pair
+    awk '{ seen[$2]++; n[$2 " " $1]++ }
+         END { for (k in n) { split(k, f, " ");
+                              if (n[k] > best[f[1]]) { best[f[1]] = n[k]; mode[f[1]] = f[2] } }
+               for (p in seen) print seen[p], mode[p] }' "$samples" |
+        sort -rn | head -n 2 | awk '{ printf "%s%s", sep, $2; sep = " " } END { print "" }'
+}
+
+test_ucp_one_connection_per_peer() (
+    need_device
+    # two workers, each with an endpoint to the other: with sharing, the pair
+    # holds one RC connection (a QP in each process), as rc_verbs does;
+    # without it, two (each process an active and an accepted QP)
+    shared=$(ucp_qps_per_process y) || exit 1
+    unshared=$(ucp_qps_per_process n) || exit 1
+    echo "RC QPs per ucx_perftest process: sharing '$shared', UCX_XQP_SHARE=n '$unshared'"
+    [ "$shared" = "1 1" ] && [ "$unshared" = "2 2" ]
+)
+
 test_ucp_event_driven() (
     need_device
     # -E sleep: both sides block in ucp_worker_wait, which arms xqp's
@@ -911,6 +955,7 @@ run_test "data path: RMA, AM, atomics, flush/fence, pending, sizes 1 B..4 MiB (g
 run_test "data path with direct registration (UCX_XQP_RCACHE=no)" test_datapath_without_rcache
 run_test "ucx_perftest UCT: put/get/am/atomics over xqp, one-sided and loopback" test_uct_perftest
 run_test "ucx_perftest UCP with UCX_TLS=xqp: tag/rma/amo/stream/am" test_ucp_over_xqp_only
+run_test "UCP over xqp: one RC connection per pair of workers (QPs per process, sharing on and off)" test_ucp_one_connection_per_peer
 run_test "UCP event-driven progress (-E sleep) over xqp" test_ucp_event_driven
 run_test "UCP thread-safe workers over xqp (UCX_USE_MT_MUTEX=y, -M multi, -T 2)" test_ucp_multi_thread
 run_test "UCP client/server (listener, sockaddr, peer errors) over xqp; server killed" test_ucp_client_server
