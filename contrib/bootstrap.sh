@@ -196,20 +196,19 @@ case "$ACTION" in
             make -C "$BUILD" check-testbed-installed || rc=$?
         dpkg -r ucx-xqp >/dev/null
         [ "$rc" = 0 ] || die "integration suite against the installed package failed"
-        log "source RPM from the spec (rpmbuild -bs)"
-        rpmtop=$(mktemp -d /tmp/xqp-rpm.XXXXXX)
-        mkdir -p "$rpmtop/SOURCES"
-        cp "$BUILD"/xqp-*.tar.gz "$rpmtop/SOURCES/" 2>/dev/null ||
-            (cd "$BUILD" && make dist-gzip >/dev/null && cp xqp-*.tar.gz "$rpmtop/SOURCES/")
-        rpmbuild -bs --define "_topdir $rpmtop" --define "ucx_src $UCX_SRC" \
-            "$SRC/contrib/rpm/xqp.spec" > "$rpmtop/log" 2>&1 ||
-            { cat "$rpmtop/log"; die "rpmbuild -bs failed"; }
-        ls "$rpmtop"/SRPMS/*.src.rpm
-        rm -rf "$rpmtop"
+        log "source and binary RPMs from the spec, and the binary RPM's file list"
+        "$SRC/contrib/build-rpm.sh" "$UCX_SRC" "$BUILD"
         log "benchmarks (make bench): reported, never fatal"
         XQP_BENCH_ROUNDS=${XQP_BENCH_ROUNDS:-5} XQP_BENCH_MPI_ROUNDS=${XQP_BENCH_MPI_ROUNDS:-1} \
             XQP_BENCH_MR_ROUNDS=${XQP_BENCH_MR_ROUNDS:-2} \
             make -C "$BUILD" bench || log "the benchmarks could not measure everything"
+        # other UCX releases, from the trees in /var/cache/xqp-ucx/src (none
+        # on a fresh machine): the same tests as against the package, in
+        # what is left of 80 minutes, less the time distcheck takes
+        log "UCX releases from the tree cache (contrib/ci-ucx-releases.sh)"
+        XQP_SUITE_ONLY=${XQP_SUITE_ONLY:-$INSTALLED_TESTS} \
+            "$SRC/contrib/ci-ucx-releases.sh" $(( SECONDS < 4600 ? 4600 - SECONDS : 0 )) ||
+            die "a UCX release from the tree cache failed its tests"
         log "make distcheck"
         make -C "$BUILD" -j"$JOBS" distcheck >"$BUILD/distcheck.log" 2>&1 ||
             { tail -n 60 "$BUILD/distcheck.log"; die "make distcheck failed"; }
