@@ -36,8 +36,10 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
     /* sharing: the connection the peer opened toward this endpoint, if it
      * did (iface/sharing.cc) */
     const wireup::ListenerKey key = wireup::listener_key(dst_);
+    /* an endpoint to its own interface connects its QP to itself */
+    const bool to_self            = (key == iface_->wireup_config().listener);
     uint32_t pair_sn              = 0;
-    if (iface_->sharing() && (key != iface_->wireup_config().listener)) {
+    if (iface_->sharing() && !to_self) {
         pair_sn = iface_->next_pair_sn(key);
         conn_   = iface_->bind_shared(this, key, pair_sn);
     }
@@ -57,7 +59,7 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
                                                      iface->wireup_config(), *this,
                                                      iface->next_conn_id());
         conn_ = own_.get();
-        conn_->connect(dst_, pair_sn);
+        conn_->connect(dst_, pair_sn, to_self);
     }
     iface_->add_ep(this); /* the interface's timer walks its endpoints */
 }

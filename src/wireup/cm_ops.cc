@@ -145,6 +145,81 @@ int RdmaCmOps::modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state)
     return ibv_modify_qp(qp, &attr, mask);
 }
 
+/* the index of gid in the port's GID table (RoCE v2 first, as rdma_cm
+ * prefers it), or -1 */
+static int gid_index(ibv_context *ctx, uint8_t port, int table_len, const ibv_gid &gid)
+{
+    int found = -1;
+    for (int i = 0; i < table_len; ++i) {
+        ibv_gid_entry entry = {};
+        if ((ibv_query_gid_ex(ctx, port, i, &entry, 0) != 0) ||
+            (std::memcmp(entry.gid.raw, gid.raw, sizeof(gid.raw)) != 0)) {
+            continue;
+        }
+        if (entry.gid_type == IBV_GID_TYPE_ROCE_V2) {
+            return i;
+        }
+        if (found < 0) {
+            found = i;
+        }
+    }
+    return found;
+}
+
+int RdmaCmOps::connect_self(rdma_cm_id *id, ibv_qp *qp, const ConnParams &params)
+{
+    int err = modify_qp(id, qp, IBV_QPS_INIT);
+    if (err != 0) {
+        return err;
+    }
+    ibv_port_attr port = {};
+    err = ibv_query_port(id->verbs, id->port_num, &port);
+    if (err != 0) {
+        return err;
+    }
+    ibv_qp_attr attr        = {};
+    attr.qp_state           = IBV_QPS_RTR;
+    attr.path_mtu           = port.active_mtu;
+    attr.dest_qp_num        = qp->qp_num;
+    attr.rq_psn             = 0;
+    attr.max_dest_rd_atomic = params.responder_resources;
+    attr.min_rnr_timer      = 12; /* 0.64 ms, as modify_qp asks */
+    attr.ah_attr.port_num   = id->port_num;
+    if (port.link_layer == IBV_LINK_LAYER_ETHERNET) {
+        /* RoCE: a global route to the GID rdma_cm resolved as our source */
+        if ((id->route.num_paths < 1) || (id->route.path_rec == nullptr)) {
+            return EINVAL;
+        }
+        const ibv_gid &sgid = id->route.path_rec[0].sgid;
+        const int index     = gid_index(id->verbs, id->port_num, port.gid_tbl_len, sgid);
+        if (index < 0) {
+            return ENOENT;
+        }
+        attr.ah_attr.is_global      = 1;
+        attr.ah_attr.grh.dgid       = sgid;
+        attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(index);
+        attr.ah_attr.grh.hop_limit  = 64;
+    } else {
+        attr.ah_attr.dlid = port.lid;
+    }
+    err = ibv_modify_qp(qp, &attr,
+                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                        IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    if (err != 0) {
+        return err;
+    }
+    attr               = {};
+    attr.qp_state      = IBV_QPS_RTS;
+    attr.timeout       = 14; /* 67 ms */
+    attr.retry_cnt     = params.retry_count;
+    attr.rnr_retry     = params.rnr_retry_count;
+    attr.sq_psn        = 0;
+    attr.max_rd_atomic = params.initiator_depth;
+    return ibv_modify_qp(qp, &attr,
+                         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                         IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
 int RdmaCmOps::error_qp(ibv_qp *qp)
 {
     ibv_qp_attr attr = {};

@@ -62,6 +62,11 @@ public:
     virtual int create_qp(rdma_cm_id *id, QpRole role, ibv_qp **qp) = 0;
     /* INIT, RTR or RTS with the attributes rdma_init_qp_attr() gives */
     virtual int modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state) = 0;
+    /* loopback: INIT, RTR and RTS with the QP as its own destination, on
+     * the port and source GID rdma_cm resolved for id (an endpoint to its
+     * own interface: one QP, no CM exchange, as verbs transports connect
+     * to themselves); params gives the RDMA read depths and retry counts */
+    virtual int connect_self(rdma_cm_id *id, ibv_qp *qp, const ConnParams &params) = 0;
     /* to the error state: requests in flight complete with flush errors,
      * new ones fail; safe while another thread posts to the QP */
     virtual int error_qp(ibv_qp *qp) = 0;
@@ -101,6 +106,7 @@ public:
     void destroy_id(rdma_cm_id *id) override;
     int create_qp(rdma_cm_id *id, QpRole role, ibv_qp **qp) override;
     int modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state) override;
+    int connect_self(rdma_cm_id *id, ibv_qp *qp, const ConnParams &params) override;
     int error_qp(ibv_qp *qp) override;
     void destroy_qp(ibv_qp *qp) override;
 

@@ -82,7 +82,9 @@ void Connection::inject_failure(ucs_status_t status, const std::string &reason,
 void Connection::disconnect()
 {
     if ((state_ == ConnState::Connected) && (id_ != nullptr)) {
-        cm_.disconnect(id_);
+        if (!self_) { /* a loopback has no CM connection */
+            cm_.disconnect(id_);
+        }
         state_ = ConnState::Closed;
     }
 }
@@ -125,9 +127,10 @@ void Connection::attempt_failed(const std::string &reason)
 
 /* ------------------------------------------------------------------ active */
 
-void Connection::connect(const sockaddr_storage &dst, uint32_t pair_sn)
+void Connection::connect(const sockaddr_storage &dst, uint32_t pair_sn, bool self)
 {
     active_   = true;
+    self_     = self;
     dst_      = dst;
     pair_sn_  = pair_sn;
     attempts_ = 0;
@@ -215,6 +218,10 @@ void Connection::on_route_resolved()
         fail(UCS_ERR_NO_RESOURCE, errstr("ibv_create_qp", err));
         return;
     }
+    if (self_) {
+        connect_loopback();
+        return;
+    }
     const Offer &offer = ece_.prepare_offer(qp_);
     if (offer.fail) {
         fail(UCS_ERR_UNSUPPORTED, "ece: " + offer.reason);
@@ -236,6 +243,29 @@ void Connection::on_route_resolved()
         return;
     }
     state_ = ConnState::Connecting;
+}
+
+void Connection::connect_loopback()
+{
+    ConnParams params;
+    params.qp_num              = qp_->qp_num;
+    params.responder_resources = config_.responder_resources;
+    params.initiator_depth     = config_.initiator_depth;
+    const int err              = cm_.connect_self(id_, qp_, params);
+    if (err != 0) {
+        /* connect through rdma_cm to our own listener instead (not counted
+         * as an attempt of its own) */
+        owner_->on_log(*this, errstr("loopback QP", err) + ": connecting through rdma_cm");
+        teardown();
+        self_ = false;
+        --attempts_;
+        start_attempt();
+        return;
+    }
+    /* the peer is this side: it reads what it would have told a peer */
+    peer_hello_ = local_hello(config_, Hello::Kind::Reply, conn_id_, false, 0);
+    owner_->on_log(*this, "loopback: the QP is connected to itself (no peer, no ece)");
+    established();
 }
 
 bool Connection::modify_to_rts(std::string *reason)

@@ -107,8 +107,13 @@ public:
     Connection &operator=(const Connection &) = delete;
 
     /* active side: start connecting to dst (an AF_INET/AF_INET6 address);
-     * pair_sn: the endpoint's number toward dst, for sharing (0: none) */
-    void connect(const sockaddr_storage &dst, uint32_t pair_sn = 0);
+     * pair_sn: the endpoint's number toward dst, for sharing (0: none).
+     * self: dst is this side's own listener (an endpoint to its own
+     * interface): once the route is resolved the QP is connected to itself
+     * (CmOps::connect_self), with no CM exchange and no ECE, as verbs
+     * transports do; should that fail, the attempt goes through rdma_cm to
+     * the listener like any other. */
+    void connect(const sockaddr_storage &dst, uint32_t pair_sn = 0, bool self = false);
 
     /* another owner takes the connection over (wireup lock held) */
     void set_owner(ConnectionOwner &owner) { owner_ = &owner; }
@@ -163,6 +168,8 @@ public:
     const std::string &error() const { return error_; }
     const EceResult   &ece_result() const { return ece_.result(); }
     const Hello       &peer_hello() const { return peer_hello_; }
+    /* an endpoint's connection to its own interface: one QP, no CM peer */
+    bool               loopback() const { return self_; }
     /* both sides share connections: the peer may send on this one too, and
      * says when it stops using it (iface/sharing.cc) */
     bool               shared() const { return config_.share && peer_hello_.share; }
@@ -190,6 +197,7 @@ private:
     void established();
     bool modify_to_rts(std::string *reason);
     void on_route_resolved();
+    void connect_loopback();
     void on_connect_response(const CmEvent &event);
     /* a reject that says the peer keeps its own connection (sharing) */
     bool is_yield(const CmEvent &event) const;
@@ -201,6 +209,7 @@ private:
     ConnectionOwner   *owner_;
     EceNegotiator      ece_;
     bool               active_ = true;
+    bool               self_   = false; /* loopback: the QP connects to itself */
     uint32_t           conn_id_;
     uint32_t           pair_sn_ = 0;
     ConnState          state_ = ConnState::Idle;

@@ -588,10 +588,23 @@ test_uct_perftest() (
         PERF_SERVER_ARGS=$uct perf_pair "" $uct -t $t -n 300 || exit 1
         echo "ok: $t"
     done
-    # loopback mode: one process, an endpoint to its own interface
-    # shellcheck disable=SC2086
-    timeout 120 "$RUN" ucx_perftest $uct -t put_lat -s 8 -n 300 -l | grep -q '^Final:' || exit 1
-    echo "ok: put_lat -l"
+    # loopback mode: one process, an endpoint to its own interface, whose
+    # QP is connected to itself: one RC QP, as rc_verbs has, not an active
+    # and an accepted one
+    : > "$WORK/loopback-qps"
+    ( while :; do rc_qps_by_process >> "$WORK/loopback-qps"; sleep 0.2; done ) &
+    sampler=$!
+    for t in "put_lat -s 8" "am_bw -s 4096 -D bcopy" "get -s 65536 -D zcopy" "fadd"; do
+        # shellcheck disable=SC2086
+        timeout 120 "$RUN" ucx_perftest $uct -t $t -n 3000 -l | grep -q '^Final:' ||
+            { kill "$sampler"; echo "loopback $t failed"; exit 1; }
+        echo "ok: $t -l"
+    done
+    kill "$sampler"
+    wait "$sampler" 2>/dev/null
+    qps=$(awk '$1 > m { m = $1 } END { print m + 0 }' "$WORK/loopback-qps")
+    echo "RC QPs of a loopback ucx_perftest: $qps"
+    [ "$qps" = 1 ] || exit 1
     # swap is not a verbs atomic: reported unsupported, not faked
     ! PERF_SERVER_ARGS=$uct perf_pair "" $uct -t swap -n 10 > /dev/null 2>&1
 )

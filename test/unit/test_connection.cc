@@ -210,6 +210,15 @@ public:
 
     int modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state) override;
 
+    int connect_self(rdma_cm_id *id, ibv_qp *qp, const ConnParams &params) override
+    {
+        log_.push_back("connect_self qp=" + std::to_string(params.qp_num));
+        check_id(id, "connect_self");
+        EXPECT_EQ(1u, live_qps.count(qp)) << "connect_self of a QP that is not live";
+        EXPECT_EQ(qp->qp_num, params.qp_num);
+        return fault("connect_self");
+    }
+
     int error_qp(ibv_qp *qp) override
     {
         log_.push_back("error_qp");
@@ -1474,6 +1483,76 @@ TEST(WireupConnection, ActiveConnectedThenDisconnected)
     r.conn.reset();
     EXPECT_EQ(r.take(), (Calls{"destroy_qp", "destroy_id"}));
     EXPECT_EQ(1, r.owner.closed);
+}
+
+/* ================================================================== loopback */
+
+TEST(WireupConnection, LoopbackConnectsTheQpToItselfWithoutTheCm)
+{
+    Rig r;
+    r.ece.mlx5(0x3); /* even where ECE exists: there is no peer to agree with */
+    r.make();
+    r.conn->connect(Rig::dst(), 0, true);
+    r.feed(RDMA_CM_EVENT_ADDR_RESOLVED);
+    r.feed(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    EXPECT_EQ(r.take(), (Calls{"create_id", "resolve_addr", "resolve_route", "create_qp",
+                               "connect_self qp=257", "on_established"}));
+    EXPECT_EQ(ConnState::Connected, r.conn->state());
+    EXPECT_TRUE(r.conn->loopback());
+    EXPECT_TRUE(r.conn->qp_published());
+    EXPECT_EQ(QpRole::Active, r.cm.qp_roles.at(0)); /* it sends: a full send queue */
+    EXPECT_FALSE(r.conn->ece_result().sent.present());
+    EXPECT_FALSE(r.conn->shared());
+    EXPECT_TRUE(r.owner.logged("loopback: the QP is connected to itself (no peer, no ece)"));
+    /* what the data path reads from the peer's hello is this side's own */
+    EXPECT_EQ(r.cfg.credits, r.conn->peer_hello().credits);
+    EXPECT_EQ(r.cfg.max_am_size, r.conn->peer_hello().max_am_size);
+    /* no CM connection to take down, but the device may still go */
+    r.conn->disconnect();
+    EXPECT_EQ(r.take(), Calls{});
+    EXPECT_EQ(ConnState::Closed, r.conn->state());
+    r.conn.reset();
+    EXPECT_EQ(r.take(), (Calls{"destroy_qp", "destroy_id"}));
+}
+
+TEST(WireupConnection, LoopbackFailsWithItsDevice)
+{
+    Rig r;
+    r.ece.rxe();
+    r.make();
+    r.conn->connect(Rig::dst(), 0, true);
+    r.feed(RDMA_CM_EVENT_ADDR_RESOLVED);
+    r.feed(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    ASSERT_EQ(ConnState::Connected, r.conn->state());
+    r.take();
+    r.feed(RDMA_CM_EVENT_DEVICE_REMOVAL);
+    EXPECT_EQ(r.take(), (Calls{"error_qp", "destroy_id", "on_failed"}));
+    EXPECT_EQ(ConnState::Failed, r.conn->state());
+    EXPECT_EQ(UCS_ERR_ENDPOINT_TIMEOUT, r.conn->status());
+}
+
+TEST(WireupConnection, LoopbackThatCannotConnectGoesThroughTheCm)
+{
+    Rig r;
+    r.ece.rxe();
+    r.cfg.max_retries = 0; /* the fallback is not a retry */
+    r.cm.inject("connect_self", ENOENT, 1);
+    r.make();
+    r.conn->connect(Rig::dst(), 0, true);
+    r.feed(RDMA_CM_EVENT_ADDR_RESOLVED);
+    r.feed(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    EXPECT_EQ(r.take(), (Calls{"create_id", "resolve_addr", "resolve_route", "create_qp",
+                               "connect_self qp=257", "destroy_qp", "destroy_id", "create_id",
+                               "resolve_addr"}));
+    EXPECT_TRUE(r.owner.logged("loopback QP: " + strerr(ENOENT) + ": connecting through rdma_cm"));
+    EXPECT_FALSE(r.conn->loopback());
+    EXPECT_EQ(1u, r.conn->attempts());
+    r.feed(RDMA_CM_EVENT_ADDR_RESOLVED);
+    r.feed(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    ASSERT_EQ(ConnState::Connecting, r.conn->state());
+    r.feed(RDMA_CM_EVENT_CONNECT_RESPONSE, 0, reply_bytes());
+    EXPECT_EQ(ConnState::Connected, r.conn->state());
+    EXPECT_EQ(1, r.owner.established);
 }
 
 TEST(WireupConnection, PassiveConnectedThenDisconnected)
