@@ -116,7 +116,8 @@ lib_of() {
 # the same libucs and libucp (under XQP_UCX_PREFIX when that is set).
 test_ucx_under_test() (
     info=$(command -v ucx_info) perf=$(command -v ucx_perftest) || { echo "ucx_info or ucx_perftest missing"; exit 1; }
-    version=$(ucx_info -v | sed -n -e 's/^# *Version \([0-9.]*\).*/\1/p' -e 's/^# *Library version: *\([0-9.]*\).*/\1/p')
+    version=$(ucx_info -v | sed -n -e 's/^# *Version \([0-9.]*\).*/\1/p' -e 's/^# *Library version: *\([0-9.]*\).*/\1/p' \
+                  -e 's/^# *UCT version=\([0-9.]*\).*/\1/p')
     echo "ucx_info: $info, UCX $version"
     [ "$version" = "$XQP_UCX_VERSION" ] || { echo "expected UCX $XQP_UCX_VERSION"; exit 1; }
     ucs=$(lib_of "$info" libucs) ucp=$(lib_of "$info" libucp)
