@@ -97,7 +97,8 @@ build_ucx() {
         nice -n 19 make install >>"$dir/make.log" 2>&1 || { tail -n 40 "$dir/make.log"; exit 1; }
     ) || { log "UCX $version: build failed (logs in $dir)"; return 1; }
     local got
-    got=$(LD_LIBRARY_PATH=$UCX_PREFIX/lib "$UCX_PREFIX/bin/ucx_info" -v | sed -n -e 's/^# *Version \([0-9.]*\).*/\1/p' -e 's/^# *Library version: *\([0-9.]*\).*/\1/p')
+    got=$(LD_LIBRARY_PATH=$UCX_PREFIX/lib "$UCX_PREFIX/bin/ucx_info" -v | sed -n -e 's/^# *Version \([0-9.]*\).*/\1/p' -e 's/^# *Library version: *\([0-9.]*\).*/\1/p' \
+             -e 's/^# *UCT version=\([0-9.]*\).*/\1/p')
     [ "$got" = "$version" ] || { log "UCX $version: the installed ucx_info reports '$got'"; return 1; }
     [ -x "$UCX_PREFIX/bin/ucx_perftest" ] || { log "UCX $version: no ucx_perftest installed"; return 1; }
     touch "$dir/.built"

@@ -106,8 +106,14 @@ AC_DEFUN([XQP_CHECK_UCX], [
         [AC_MSG_ERROR([cannot read UCT_VERNO_MAJOR from uct/api/version.h])])
     AC_COMPUTE_INT([xqp_ucx_minor], [UCT_VERNO_MINOR], [[#include <uct/api/version.h>]],
         [AC_MSG_ERROR([cannot read UCT_VERNO_MINOR from uct/api/version.h])])
+    dnl UCT_VERNO_PATCH from UCX 1.13 on; before, only UCT_VERNO_STRING has it
     AC_COMPUTE_INT([xqp_ucx_patch], [UCT_VERNO_PATCH], [[#include <uct/api/version.h>]],
-        [AC_MSG_ERROR([cannot read UCT_VERNO_PATCH from uct/api/version.h])])
+        [AC_COMPUTE_INT([xqp_ucx_patch], [xqp_patch_of(UCT_VERNO_STRING)], [[#include <uct/api/version.h>
+constexpr unsigned xqp_number(const char *s, unsigned v)
+{ return ((*s >= '0') && (*s <= '9')) ? xqp_number(s + 1, v * 10 + unsigned(*s - '0')) : v; }
+constexpr unsigned xqp_patch_of(const char *s, int dots = 0)
+{ return (dots == 2) ? xqp_number(s, 0) : (*s == 0) ? 0 : xqp_patch_of(s + 1, dots + (*s == '.')); }]],
+            [AC_MSG_ERROR([cannot read UCT_VERNO_PATCH or UCT_VERNO_STRING from uct/api/version.h])])])
     XQP_UCX_VERSION=$xqp_ucx_major.$xqp_ucx_minor.$xqp_ucx_patch
     XQP_UCX_INSTALLED_VERSION=$XQP_UCX_VERSION
     AC_MSG_CHECKING([whether the UCX libraries link])
@@ -125,7 +131,7 @@ AC_DEFUN([XQP_CHECK_UCX], [
         AS_IF([test -z "$UCX_INFO"],
               [AC_MSG_ERROR([ucx_info not found (Debian: ucx-utils): it is needed to regenerate UCX's build configuration])])
         AC_MSG_CHECKING([the version ucx_info reports])
-        xqp_info_version=`LD_LIBRARY_PATH=$UCX_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $UCX_INFO -v 2>/dev/null | $SED -n -e 's/^# *Version \(@<:@0-9.@:>@*\).*/\1/p' -e 's/^# *Library version: *\(@<:@0-9.@:>@*\).*/\1/p'`
+        xqp_info_version=`LD_LIBRARY_PATH=$UCX_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} $UCX_INFO -v 2>/dev/null | $SED -n -e 's/^# *Version \(@<:@0-9.@:>@*\).*/\1/p' -e 's/^# *Library version: *\(@<:@0-9.@:>@*\).*/\1/p' -e 's/^# *UCT version=\(@<:@0-9.@:>@*\).*/\1/p'`
         AC_MSG_RESULT([$xqp_info_version])
         AS_IF([test "$xqp_info_version" != "$XQP_UCX_VERSION"],
               [AC_MSG_ERROR([ucx_info ($UCX_INFO) reports UCX '$xqp_info_version' but the headers are UCX $XQP_UCX_VERSION: point --with-ucx at one installation])])
