@@ -98,6 +98,31 @@ protected:
         return i;
     }
 
+    /* both endpoints before either connection is up: A's first in even
+     * rounds, B's first in odd ones */
+    void create_both(int round)
+    {
+        if (round % 2 == 0) {
+            ASSERT_EQ(UCS_OK, b_->create_ep(a_, b_iface_, &ab_));
+            ASSERT_EQ(UCS_OK, b_->create_ep(b_iface_, a_, &ba_));
+        } else {
+            ASSERT_EQ(UCS_OK, b_->create_ep(b_iface_, a_, &ba_));
+            ASSERT_EQ(UCS_OK, b_->create_ep(a_, b_iface_, &ab_));
+        }
+    }
+
+    /* destroys both endpoints: then neither interface holds a connection */
+    void destroy_both()
+    {
+        uct_ep_destroy(ab_);
+        ab_ = nullptr;
+        uct_ep_destroy(ba_);
+        ba_ = nullptr;
+        EXPECT_TRUE(b_->wait_for(
+                [&] { return (held_count_(a_) == 0) && (held_count_(b_iface_) == 0); }))
+                << "still held: A " << held_count_(a_) << ", B " << held_count_(b_iface_);
+    }
+
     /* A connects to B and sends; then B creates its endpoint toward A */
     void connect_both()
     {
@@ -223,11 +248,7 @@ TEST_F(Sharing, AFailureOfTheSharedConnectionFailsBothEndpoints)
     EXPECT_TRUE(saw_ab) << "A's endpoint was not failed";
     EXPECT_TRUE(saw_ba) << "B's endpoint was not failed";
     errors_at_start_ = b_->ep_errors.size(); /* expected */
-    uct_ep_destroy(ab_);
-    ab_ = nullptr;
-    uct_ep_destroy(ba_);
-    ba_ = nullptr;
-    EXPECT_TRUE(b_->wait_for([&] { return (held_count_(a_) == 0) && (held_count_(b_iface_) == 0); }));
+    destroy_both();
 }
 
 TEST_F(Sharing, SimultaneousConnectsConvergeToOneConnection)
@@ -235,14 +256,7 @@ TEST_F(Sharing, SimultaneousConnectsConvergeToOneConnection)
     for (int round = 0; round < 6; ++round) {
         SCOPED_TRACE("round " + std::to_string(round));
         const int accepted = passive_count_(a_) + passive_count_(b_iface_);
-        /* both endpoints before either connection is up, in either order */
-        if (round % 2 == 0) {
-            ASSERT_EQ(UCS_OK, b_->create_ep(a_, b_iface_, &ab_));
-            ASSERT_EQ(UCS_OK, b_->create_ep(b_iface_, a_, &ba_));
-        } else {
-            ASSERT_EQ(UCS_OK, b_->create_ep(b_iface_, a_, &ba_));
-            ASSERT_EQ(UCS_OK, b_->create_ep(a_, b_iface_, &ab_));
-        }
+        ASSERT_NO_FATAL_FAILURE(create_both(round));
         ASSERT_EQ(UCS_OK, b_->flush(ab_));
         ASSERT_EQ(UCS_OK, b_->flush(ba_));
         /* one handshake: one side accepted, and its endpoint sends on it */
@@ -255,13 +269,7 @@ TEST_F(Sharing, SimultaneousConnectsConvergeToOneConnection)
         EXPECT_EQ(ia.ece_agreed.options, ib.ece_agreed.options);
         ASSERT_NO_FATAL_FAILURE(send_checked(ab_, at_b_, 20, 60 + round));
         ASSERT_NO_FATAL_FAILURE(send_checked(ba_, at_a_, 28, 70 + round));
-        uct_ep_destroy(ab_);
-        ab_ = nullptr;
-        uct_ep_destroy(ba_);
-        ba_ = nullptr;
-        EXPECT_TRUE(b_->wait_for(
-                [&] { return (held_count_(a_) == 0) && (held_count_(b_iface_) == 0); }))
-                << "still held: A " << held_count_(a_) << ", B " << held_count_(b_iface_);
+        destroy_both();
     }
 }
 
@@ -288,13 +296,7 @@ TEST_F(Sharing, SimultaneousConnectsRefusedForEceFailBothEndpoints)
         ASSERT_EQ(UCS_OK,
                   b_->open_iface_with(kRxHeadroom, a_requires ? offers_5 : requires_8, &b_iface_));
         const size_t before = b_->ep_errors.size();
-        if (round % 2 == 0) {
-            ASSERT_EQ(UCS_OK, b_->create_ep(a_, b_iface_, &ab_));
-            ASSERT_EQ(UCS_OK, b_->create_ep(b_iface_, a_, &ba_));
-        } else {
-            ASSERT_EQ(UCS_OK, b_->create_ep(b_iface_, a_, &ba_));
-            ASSERT_EQ(UCS_OK, b_->create_ep(a_, b_iface_, &ab_));
-        }
+        ASSERT_NO_FATAL_FAILURE(create_both(round));
         bool failed_ab = false, failed_ba = false;
         EXPECT_TRUE(b_->wait_for([&] {
             for (size_t i = before; i < b_->ep_errors.size(); ++i) {
@@ -312,13 +314,7 @@ TEST_F(Sharing, SimultaneousConnectsRefusedForEceFailBothEndpoints)
         EXPECT_NE(UCS_OK, b_->flush(ab_)) << "a refused endpoint flushed fine";
         EXPECT_NE(UCS_OK, b_->flush(ba_)) << "a refused endpoint flushed fine";
         errors_at_start_ = b_->ep_errors.size(); /* expected */
-        uct_ep_destroy(ab_);
-        ab_ = nullptr;
-        uct_ep_destroy(ba_);
-        ba_ = nullptr;
-        EXPECT_TRUE(b_->wait_for(
-                [&] { return (held_count_(a_) == 0) && (held_count_(b_iface_) == 0); }))
-                << "still held: A " << held_count_(a_) << ", B " << held_count_(b_iface_);
+        destroy_both();
     }
 }
 
