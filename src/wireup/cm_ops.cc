@@ -123,6 +123,9 @@ int RdmaCmOps::create_qp(rdma_cm_id *id, QpRole role, ibv_qp **qp)
     return (*qp != nullptr) ? 0 : ((errno != 0) ? errno : ENOMEM);
 }
 
+/* RNR NAK timer code 12: 0.64 ms (rdma_cm leaves it at 0, i.e. 655 ms) */
+constexpr uint8_t kMinRnrTimer = 12;
+
 int RdmaCmOps::modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state)
 {
     ibv_qp_attr attr = {};
@@ -139,7 +142,7 @@ int RdmaCmOps::modify_qp(rdma_cm_id *id, ibv_qp *qp, ibv_qp_state state)
         /* rdma_cm leaves the RNR NAK timer at 0, i.e. 655 ms: a sender that
          * finds the shared receive queue empty would stall that long. Ask
          * for 0.64 ms (code 12), as verbs transports usually do. */
-        attr.min_rnr_timer = 12;
+        attr.min_rnr_timer = kMinRnrTimer;
         mask |= IBV_QP_MIN_RNR_TIMER;
     }
     return ibv_modify_qp(qp, &attr, mask);
@@ -183,7 +186,7 @@ int RdmaCmOps::connect_self(rdma_cm_id *id, ibv_qp *qp, const ConnParams &params
     attr.dest_qp_num        = qp->qp_num;
     attr.rq_psn             = 0;
     attr.max_dest_rd_atomic = params.responder_resources;
-    attr.min_rnr_timer      = 12; /* 0.64 ms, as modify_qp asks */
+    attr.min_rnr_timer      = kMinRnrTimer; /* as modify_qp asks */
     attr.ah_attr.port_num   = id->port_num;
     if (port.link_layer == IBV_LINK_LAYER_ETHERNET) {
         /* RoCE: a global route to the GID rdma_cm resolved as our source */

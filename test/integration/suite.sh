@@ -598,9 +598,7 @@ test_uct_perftest() (
 # accepted one
 test_uct_perftest_loopback() (
     need_device
-    : > "$WORK/loopback-qps"
-    ( while :; do rc_qps_by_process >> "$WORK/loopback-qps"; sleep 0.2; done ) &
-    sampler=$!
+    sample_qps "$WORK/loopback-qps"
     for t in "put_lat -s 8" "am_bw -s 4096 -D bcopy" "get -s 65536 -D zcopy" "fadd"; do
         # shellcheck disable=SC2086
         timeout 120 "$RUN" ucx_perftest -x xqp -d "$DEV:1" -t $t -n 3000 -l \
@@ -608,8 +606,7 @@ test_uct_perftest_loopback() (
         grep -q '^Final:' "$WORK/perf.loop" || break
         echo "ok: $t -l"
     done
-    kill "$sampler"
-    wait "$sampler" 2>/dev/null
+    stop_sampling
     if grep -q '^Final:' "$WORK/perf.loop"; then
         qps=$(awk '$1 > m { m = $1 } END { print m + 0 }' "$WORK/loopback-qps")
         echo "RC QPs of a loopback ucx_perftest: $qps"
@@ -654,19 +651,28 @@ rc_qps_by_process() {
         done | sort | uniq -c
 }
 
+# sample_qps FILE: appends rc_qps_by_process to FILE every 0.2 s, in the
+# background, until stop_sampling; sets SAMPLER
+sample_qps() {
+    : > "$1"
+    ( while :; do rc_qps_by_process >> "$1"; sleep 0.2; done ) &
+    SAMPLER=$!
+}
+stop_sampling() {
+    kill "$SAMPLER" 2>/dev/null
+    wait "$SAMPLER" 2>/dev/null
+}
+
 # ucp_qps_per_process SHARE: the RC QPs each ucx_perftest process of a UCP
 # tag_bw run over xqp held, sampled while it ran ("A B"): per process the
 # count most samples saw (while both sides connect at once, one may hold its
 # own attempt and the accepted connection for a moment)
 ucp_qps_per_process() {
     local samples=$WORK/qp-samples.$1
-    : > "$samples"
-    ( while :; do rc_qps_by_process >> "$samples"; sleep 0.2; done ) &
-    local sampler=$!
+    sample_qps "$samples"
     perf_pair "UCX_TLS=xqp UCX_XQP_SHARE=$1" -t tag_bw -s 8 -n 100000 >&2
     local rc=$?
-    kill "$sampler" 2>/dev/null
-    wait "$sampler" 2>/dev/null
+    stop_sampling
     [ "$rc" = 0 ] || return 1
     # the two processes with the most samples are the perftest pair
     awk '{ seen[$2]++; n[$2 " " $1]++ }
