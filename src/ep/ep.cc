@@ -297,18 +297,11 @@ ucs_status_t Endpoint::post_marker(uct_completion_t *comp)
 
 ucs_status_t Endpoint::post_release()
 {
-    /* a 1 into the peer's release flag of the connection: its slot number
-     * is the address (wireup/release_flags.h) */
-    const wireup::ReleaseFlags &flags = *iface_->wireup_config().release_flags;
-    const wireup::Hello        &peer  = conn_->peer_hello();
     iface::TxOp *op = iface_->get_op();
-    ibv_sge sge;
-    sge.addr   = wireup::ReleaseFlags::kSourceIova;
-    sge.length = 1;
-    sge.lkey   = flags.source_lkey();
     ibv_send_wr wr;
-    init_wr(wr, &sge, 1);
-    set_rdma(wr, IBV_WR_RDMA_WRITE, peer.release_slot, peer.release_rkey);
+    init_wr(wr, nullptr, 0);
+    wr.opcode   = IBV_WR_SEND_WITH_IMM;
+    wr.imm_data = htonl(iface::kReleaseImm);
     return post(&wr, op);
 }
 

@@ -116,6 +116,9 @@ public:
     /* sharing (wireup lock held): the endpoint drops its own attempt and
      * sends on conn, which its interface accepted from the peer */
     void take_accepted(wireup::Connection *conn);
+    /* the peer said it no longer uses this endpoint's shared connection
+     * (main thread): the endpoint disconnects it when it is destroyed */
+    void on_peer_release() { peer_released_ = true; }
     /* test hook (xqp_ep_inject_failure): fails the connection as an rdma_cm
      * error on the async thread would; callable from any thread */
     void inject_failure(ucs_status_t status, unsigned hold_us);
@@ -227,7 +230,7 @@ private:
      * (shared, and the peer may still send on it) it outlives it */
     void close_connection();
     void hand_over_connection();
-    /* the release write (iface/sharing.cc), signaled */
+    /* the release message (iface/sharing.cc), signaled */
     ucs_status_t post_release();
     /* the inline operations after their checks; the _slow variants, out of
      * line, run tx_check_slow first, so that the common case saves no
@@ -254,6 +257,8 @@ private:
     std::unique_ptr<wireup::Connection> own_;
     wireup::Connection *conn_  = nullptr;
     bool                bound_ = false;
+    /* the peer stopped using the shared connection (main thread) */
+    bool                peer_released_ = false;
     /* written once, under the wireup lock, before state_ leaves Connecting
      * (release); read by the data path after it sees that (acquire) */
     ibv_qp             *qp_ = nullptr;

@@ -76,7 +76,7 @@ Endpoint::~Endpoint()
         iface::WireupGuard guard(*iface_);
         hand_over = conn_->shared() && (state() == State::Connected) &&
                     (conn_->state() == wireup::ConnState::Connected) && !conn_->qp_retired() &&
-                    !conn_->peer_released(); /* otherwise: neither side uses it */
+                    !peer_released_;
     }
     if (hand_over) {
         hand_over_connection();
@@ -96,7 +96,7 @@ Endpoint::~Endpoint()
     if (bound_ && !hand_over) {
         /* after the drain: the interface destroys the closed connection */
         iface::WireupGuard guard(*iface_);
-        iface_->unbind_shared(conn_);
+        iface_->unbind_shared(conn_, peer_released_);
     }
     /* own_ is destroyed after this body, still before the base class */
     UCS_CLASS_CLEANUP(uct_base_ep_t, &handle_.super);
@@ -150,7 +150,7 @@ void Endpoint::close_connection()
 
 void Endpoint::hand_over_connection()
 {
-    /* the requests in flight complete as usual, then the release write
+    /* the requests in flight complete as usual, then the release message
      * after them tells the peer; the connection stays up */
     if (!has_tx_resources()) {
         iface_->reap_until([this] { return has_tx_resources() || (state() != State::Connected); });
@@ -166,7 +166,7 @@ void Endpoint::hand_over_connection()
     iface_->drain(this);
     iface::WireupGuard guard(*iface_);
     if (bound_) {
-        iface_->unbind_shared(conn_);
+        iface_->unbind_shared(conn_, peer_released_);
     } else {
         iface_->adopt(std::move(own_));
     }

@@ -27,7 +27,6 @@ void Iface::timer_handler(int, ucs_event_set_types_t, void *arg)
     for (auto *ep : iface->eps_) {
         ep->check_timeout(now);
     }
-    iface->reap_held(); /* connections the peer released meanwhile */
 }
 
 ucs_status_t Iface::arm_timer()

@@ -92,7 +92,7 @@ ucs_config_field_t config_table[] = {
      "interfaces that connect to each other at once keep one of the two\n"
      "connections. Both sides must enable it; a shared connection stays until\n"
      "neither side uses it. With sharing the private data hellos are of\n"
-     "version 3, which xqp builds from before sharing reject: set 'n' to talk\n"
+     "version 2, which xqp builds from before sharing reject: set 'n' to talk\n"
      "to those.",
      ucs_offsetof(Config, share), UCS_CONFIG_TYPE_BOOL},
 

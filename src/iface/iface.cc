@@ -280,10 +280,6 @@ void Iface::configure(const Config &config, const ibv_device_attr &dev_attr,
                                                     config.route_resolve_timeout);
     wireup_config_.max_retries      = config.connect_retries;
     wireup_config_.share            = (config.share != 0);
-    if (wireup_config_.share) {
-        release_flags_ = std::make_unique<wireup::ReleaseFlags>(md_->pd());
-        wireup_config_.release_flags = release_flags_.get();
-    }
     wireup_config_.connect_timeout_s = to_timeout_ms("CONNECT_TIMEOUT", config.connect_timeout) / 1000.0;
     std::random_device rd;
     wireup_config_.iface_uuid  = (uint64_t(rd()) << 32) | rd();

@@ -50,6 +50,10 @@ class Endpoint;
 
 namespace xqp::iface {
 
+/* The immediate data of the message that says "this side no longer uses
+ * the shared connection" (sharing.cc): outside the AM ids (< 32). */
+constexpr uint32_t kReleaseImm = 0x58510001u;
+
 /*
  * One signaled work request in flight. wr_id points here; the completion
  * finds its endpoint, what to finish (user completion, bcopy unpack, fetched
@@ -213,7 +217,8 @@ public:
     wireup::EceProvider &ece_provider() { return ece_provider_; }
     uint32_t next_conn_id() { return ++conn_seq_; }
 
-    /* connection sharing (sharing.cc; all with the wireup lock held) */
+    /* connection sharing (sharing.cc; all with the wireup lock held but
+     * on_peer_release, which takes it) */
     bool sharing() const { return wireup_config_.share; }
     /* the next endpoint number toward the interface at key */
     uint32_t next_pair_sn(const wireup::ListenerKey &key);
@@ -222,11 +227,14 @@ public:
     wireup::Connection *bind_shared(ep::Endpoint *ep, const wireup::ListenerKey &key,
                                     uint32_t pair_sn);
     /* ep stopped using the connection bind_shared gave it (its requests
-     * are complete) */
-    void unbind_shared(wireup::Connection *conn);
+     * are complete); peer_released: the peer stopped too */
+    void unbind_shared(wireup::Connection *conn, bool peer_released);
     /* an endpoint's own connection that the peer still uses outlives the
      * endpoint: the interface keeps it until the peer releases it */
     void adopt(std::unique_ptr<wireup::Connection> conn);
+    /* the release message (kReleaseImm) came on the QP numbered qp_num
+     * (main thread) */
+    void on_peer_release(uint32_t qp_num);
 
     /* introspection (include/xqp/xqp.h) */
     int passive_count() const;
@@ -379,9 +387,6 @@ private:
     int64_t             tx_spare_ = 0;
     std::unique_ptr<wireup::RdmaCmOps> cm_;
     wireup::VerbsEceProvider ece_provider_;
-    /* sharing: the connections' release flags (wireup/release_flags.h);
-     * before the connections, which return their slots to it */
-    std::unique_ptr<wireup::ReleaseFlags> release_flags_;
     bool                async_handler_ = false;
     int                 timer_id_      = -1; /* wireup lock; -1: not armed */
     uint32_t            conn_seq_      = 0;
@@ -392,8 +397,9 @@ private:
      * that endpoint unbinds. */
     struct Held {
         std::unique_ptr<wireup::Connection> conn;
-        ep::Endpoint *user     = nullptr;
-        bool          released = false; /* a local endpoint used it and stopped */
+        ep::Endpoint *user          = nullptr;
+        bool          peer_released = false; /* the peer stopped using it */
+        bool          released      = false; /* a local endpoint used it and stopped */
     };
     std::list<Held>                                passive_;
     /* endpoints created toward each peer interface (sharing pair numbers) */

@@ -13,18 +13,15 @@
  *
  * Lifetime. A shared connection serves both sides, so it stays until
  * neither side uses it. An endpoint that stops using one while the peer may
- * still send on it (it is up, and the peer has not released it) writes its
- * release into the peer's flag for the connection (an RDMA write after its
- * own requests, wireup/release_flags.h), and leaves the connection to its
- * interface:
+ * still send on it (it is up, and the peer has not said it stopped) sends a
+ * release message (SEND with immediate data kReleaseImm), after its own
+ * requests, and leaves the connection to its interface:
  *  - an endpoint's own connection is adopted by the interface (adopt);
  *  - an accepted one stays held, and is never bound again (released).
- * The release needs nothing from the peer: no receive buffer, no progress.
- * The peer reads its flag when it decides: an endpoint being destroyed
- * disconnects instead of releasing; a connection no endpoint uses any more
- * is disconnected by the interface (reap_held: at the next connection event
- * or timer tick, or when an endpoint leaves a connection). The disconnect
- * ends it on both sides; a failure fails both sides' users.
+ * The side that receives a release while no endpoint of its own uses the
+ * connection any more disconnects it; otherwise its endpoint disconnects
+ * when it is destroyed, as without sharing. The disconnect ends it on both
+ * sides; a failure fails both sides' users.
  *
  * Simultaneous connect. When both sides create their endpoints before
  * either request arrives, each side's request finds the other's endpoint
@@ -69,7 +66,7 @@ wireup::Connection *Iface::bind_shared(ep::Endpoint *ep, const wireup::ListenerK
     for (auto &held : passive_) {
         wireup::Connection &conn = *held.conn;
         const auto state = conn.state();
-        if ((held.user == nullptr) && !held.released && !conn.peer_released() &&
+        if ((held.user == nullptr) && !held.released && !held.peer_released &&
             !conn.active() && conn.shared() && (conn.pair_sn() == pair_sn) &&
             (conn.peer_hello().listener == key) &&
             ((state == wireup::ConnState::Accepting) ||
@@ -96,30 +93,54 @@ ep::Endpoint *Iface::crossing_ep(const wireup::Hello &hello) const
     return nullptr;
 }
 
-void Iface::unbind_shared(wireup::Connection *conn)
+void Iface::unbind_shared(wireup::Connection *conn, bool peer_released)
 {
     Held *held = held_of(conn);
     if (held == nullptr) {
         return;
     }
-    held->user     = nullptr;
-    held->released = true;
-    reap_held(); /* closes it if the peer released it meanwhile */
+    held->user          = nullptr;
+    held->released      = true;
+    held->peer_released = held->peer_released || peer_released;
+    if (held->peer_released) {
+        held->conn->close(); /* neither side uses it: disconnect */
+    }
+    reap_held();
 }
 
 void Iface::adopt(std::unique_ptr<wireup::Connection> conn)
 {
     conn->set_owner(*this);
-    passive_.push_back(Held{std::move(conn), nullptr, true});
+    passive_.push_back(Held{std::move(conn), nullptr, false, true});
     reap_held(); /* it may have ended meanwhile */
+}
+
+void Iface::on_peer_release(uint32_t qp_num)
+{
+    if (ep::Endpoint *ep = ep_of_qp(qp_num)) {
+        ep->on_peer_release(); /* it disconnects when it is destroyed */
+        return;
+    }
+    WireupGuard guard(*this);
+    for (auto &held : passive_) {
+        const ibv_qp *qp = held.conn->qp();
+        if ((qp == nullptr) || (qp->qp_num != qp_num)) {
+            continue;
+        }
+        held.peer_released = true;
+        if (held.user == nullptr) {
+            held.conn->close();
+            reap_held();
+        }
+        return;
+    }
+    ucs_debug("xqp: %s: release message on qp 0x%x, which no connection has",
+              resource_name_.c_str(), qp_num);
 }
 
 void Iface::reap_held()
 {
     for (auto it = passive_.begin(); it != passive_.end();) {
-        if ((it->user == nullptr) && it->conn->peer_released()) {
-            it->conn->close(); /* neither side uses it: disconnect (idempotent) */
-        }
         const auto state = it->conn->state();
         if ((it->user == nullptr) &&
             ((state == wireup::ConnState::Failed) || (state == wireup::ConnState::Closed))) {

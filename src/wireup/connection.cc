@@ -134,20 +134,7 @@ void Connection::connect(const sockaddr_storage &dst, uint32_t pair_sn, bool sel
     dst_      = dst;
     pair_sn_  = pair_sn;
     attempts_ = 0;
-    take_release_slot(!self);
     start_attempt();
-}
-
-void Connection::take_release_slot(bool wanted)
-{
-    if (!wanted || !config_.share || (config_.release_flags == nullptr) || release_.valid()) {
-        return;
-    }
-    release_ = config_.release_flags->alloc();
-    if (!release_.valid()) {
-        owner_->on_log(*this, "no release slot (" + config_.release_flags->why() +
-                                      "): this connection is not shared");
-    }
 }
 
 void Connection::check_timeout(double now)
@@ -185,10 +172,10 @@ void Connection::start_attempt()
     }
 }
 
-/* the hello this side sends; version 3 (sharing) carries the pair number,
- * the listener and, when the connection has one, its release slot */
+/* the hello this side sends; version 2 (sharing) carries the pair number
+ * and the listener */
 static Hello local_hello(const WireupConfig &config, Hello::Kind kind, uint32_t conn_id,
-                         bool v2, uint32_t pair_sn, const ReleaseSlot *release = nullptr)
+                         bool v2, uint32_t pair_sn)
 {
     Hello hello;
     hello.kind        = kind;
@@ -198,15 +185,9 @@ static Hello local_hello(const WireupConfig &config, Hello::Kind kind, uint32_t 
     hello.max_am_size = config.max_am_size;
     if (v2) {
         hello.version  = kHelloVersionShare;
-        /* a yield shares nothing itself; a request or reply shares only
-         * with a slot the peer can write its release to */
-        hello.share    = (kind == Hello::Kind::Yield) || ((release != nullptr) && release->valid());
+        hello.share    = true;
         hello.pair_sn  = pair_sn;
         hello.listener = config.listener;
-        if (hello.share && (release != nullptr)) {
-            hello.release_slot = release->index();
-            hello.release_rkey = release->rkey();
-        }
     }
     return hello;
 }
@@ -214,17 +195,17 @@ static Hello local_hello(const WireupConfig &config, Hello::Kind kind, uint32_t 
 ConnParams Connection::conn_params(uint8_t *buf, Hello::Kind kind, uint32_t conn_id)
 {
     /* a reply is of the request's version: a peer that sent version 1 may
-     * not read version 3 */
+     * not read version 2 */
     const bool  v2    = config_.share && ((kind == Hello::Kind::Request) ||
                                           (peer_hello_.version == kHelloVersionShare));
-    const Hello hello = local_hello(config_, kind, conn_id, v2, pair_sn_, &release_);
+    const Hello hello = local_hello(config_, kind, conn_id, v2, pair_sn_);
 
     ConnParams params;
     params.qp_num              = qp_->qp_num;
     params.responder_resources = config_.responder_resources;
     params.initiator_depth     = config_.initiator_depth;
     params.private_data        = buf;
-    params.private_data_len    = static_cast<uint8_t>(encode(hello, buf, kHelloSizeShare));
+    params.private_data_len    = static_cast<uint8_t>(encode(hello, buf, kHelloSizeV2));
     return params;
 }
 
@@ -255,7 +236,7 @@ void Connection::on_route_resolved()
     } else if (!offer.reason.empty()) {
         owner_->on_log(*this, "no ece offered: " + offer.reason);
     }
-    uint8_t buf[kHelloSizeShare];
+    uint8_t buf[kHelloSizeV2];
     err = cm_.connect(id_, conn_params(buf, Hello::Kind::Request, conn_id_));
     if (err != 0) {
         attempt_failed(errstr("rdma_connect", err));
@@ -376,7 +357,6 @@ void Connection::accept_request(const CmEvent &request)
     peer_hello_ = *hello;
     conn_id_    = hello->conn_id;
     pair_sn_    = hello->pair_sn;
-    take_release_slot(peer_hello_.share);
 
     /* ibv_create_qp -> rdma_get_remote_ece -> ibv_set_ece -> INIT/RTR/RTS
      * -> ibv_query_ece -> rdma_set_local_ece -> rdma_accept. A shared
@@ -413,7 +393,7 @@ void Connection::accept_request(const CmEvent &request)
             return;
         }
     }
-    uint8_t buf[kHelloSizeShare];
+    uint8_t buf[kHelloSizeV2];
     err = cm_.accept(id_, conn_params(buf, Hello::Kind::Reply, conn_id_));
     if (err != 0) {
         fail(UCS_ERR_IO_ERROR, errstr("rdma_accept", err));
@@ -436,7 +416,7 @@ int yield_request(CmOps &cm, const WireupConfig &config, const CmEvent &request,
 {
     const Hello yield = local_hello(config, Hello::Kind::Yield, hello.conn_id, true,
                                     hello.pair_sn);
-    uint8_t buf[kHelloSizeShare];
+    uint8_t buf[kHelloSizeV2];
     const int err = cm.reject_yield(request.id, buf,
                                     static_cast<uint8_t>(encode(yield, buf, sizeof(buf))));
     cm.destroy_id(request.id);

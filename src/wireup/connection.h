@@ -32,7 +32,6 @@
 #include "wireup/cm_ops.h"
 #include "wireup/ece.h"
 #include "wireup/private_data.h"
-#include "wireup/release_flags.h"
 
 #include <ucs/type/status.h>
 
@@ -60,12 +59,10 @@ struct WireupConfig {
     uint32_t  max_am_size = 1;
     uint8_t   responder_resources = 1;
     uint8_t   initiator_depth     = 1;
-    /* connection sharing (iface/sharing.cc): hellos are version 3 and say
-     * so, with the interface's listener as the peers know it; a shared
-     * connection takes a slot from release_flags (none: not shared) */
-    bool          share         = false;
-    ListenerKey   listener      = {};
-    ReleaseFlags *release_flags = nullptr;
+    /* connection sharing (iface/sharing.cc): hellos are version 2 and say
+     * so, with the interface's listener as the peers know it */
+    bool        share    = false;
+    ListenerKey listener = {};
 };
 
 enum class ConnState {
@@ -175,13 +172,7 @@ public:
     bool               loopback() const { return self_; }
     /* both sides share connections: the peer may send on this one too, and
      * says when it stops using it (iface/sharing.cc) */
-    bool               shared() const
-    {
-        return config_.share && peer_hello_.share && release_.valid() &&
-               (peer_hello_.release_slot != 0);
-    }
-    /* the peer wrote its release: it stopped using the shared connection */
-    bool               peer_released() const { return release_.set(); }
+    bool               shared() const { return config_.share && peer_hello_.share; }
     /* the sharing pair number: the active side's, echoed by the passive */
     uint32_t           pair_sn() const { return pair_sn_; }
     ibv_qp            *qp() const { return qp_; }
@@ -195,8 +186,6 @@ public:
     bool               qp_completes() const { return (qp_ != nullptr) && !retire_failed_; }
 
 private:
-    /* a release slot when sharing is on and wanted (a peer that shares) */
-    void take_release_slot(bool wanted);
     void start_attempt();
     /* frees what the connection holds: the cm_id, and the QP unless the
      * data path has it (then it is retired; final: the destructor frees it) */
@@ -236,9 +225,6 @@ private:
     int                reject_reason_ = 0;
     std::string        error_;
     Hello              peer_hello_ = {};
-    /* written by the peer when it stops using a shared connection; returns
-     * to the pool after the QP is destroyed (after the destructor's body) */
-    ReleaseSlot        release_;
 };
 
 } // namespace xqp::wireup

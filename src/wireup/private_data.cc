@@ -24,15 +24,13 @@ constexpr size_t kOffCredits  = 20;
 constexpr size_t kOffReserved = 22;
 constexpr size_t kOffMaxAm    = 24;
 static_assert(kOffMaxAm + 4 == kHelloSize);
-/* version 3 */
-constexpr size_t kOffSlot     = 22; /* version 1: reserved */
+/* version 2 */
 constexpr size_t kOffPairSn   = 28;
 constexpr size_t kOffFamily   = 32;
 constexpr size_t kOffReserved2 = 33;
 constexpr size_t kOffPort     = 34;
 constexpr size_t kOffIp       = 36;
-constexpr size_t kOffRkey     = 52;
-static_assert(kOffRkey + 4 == kHelloSizeShare);
+static_assert(kOffIp + 16 == kHelloSizeV2);
 
 template <typename T> void put_le(uint8_t *p, T v)
 {
@@ -100,28 +98,27 @@ std::string to_string(const ListenerKey &key)
 
 size_t encode(const Hello &h, uint8_t *buf, size_t len)
 {
-    const bool   v3   = (h.version == kHelloVersionShare);
-    const size_t size = v3 ? kHelloSizeShare : kHelloSize;
+    const bool   v2   = (h.version == kHelloVersionShare);
+    const size_t size = v2 ? kHelloSizeV2 : kHelloSize;
     if ((buf == nullptr) || (len < size)) {
         return 0;
     }
 
     put_le<uint32_t>(buf + kOffMagic, kHelloMagic);
-    put_le<uint8_t>(buf + kOffVersion, v3 ? kHelloVersionShare : kHelloVersion);
+    put_le<uint8_t>(buf + kOffVersion, v2 ? kHelloVersionShare : kHelloVersion);
     put_le<uint8_t>(buf + kOffKind, static_cast<uint8_t>(h.kind));
-    put_le<uint16_t>(buf + kOffFlags, (v3 && h.share) ? kHelloFlagShare : 0);
+    put_le<uint16_t>(buf + kOffFlags, (v2 && h.share) ? kHelloFlagShare : 0);
     put_le<uint32_t>(buf + kOffConnId, h.conn_id);
     put_le<uint64_t>(buf + kOffUuid, h.iface_uuid);
     put_le<uint16_t>(buf + kOffCredits, h.credits);
-    put_le<uint16_t>(buf + kOffReserved, v3 ? h.release_slot : 0);
+    put_le<uint16_t>(buf + kOffReserved, 0);
     put_le<uint32_t>(buf + kOffMaxAm, h.max_am_size);
-    if (v3) {
+    if (v2) {
         put_le<uint32_t>(buf + kOffPairSn, h.pair_sn);
         put_le<uint8_t>(buf + kOffFamily, h.listener.family);
         put_le<uint8_t>(buf + kOffReserved2, 0);
         put_le<uint16_t>(buf + kOffPort, h.listener.port);
         std::memcpy(buf + kOffIp, h.listener.ip.data(), 16);
-        put_le<uint32_t>(buf + kOffRkey, h.release_rkey);
     }
     return size;
 }
@@ -145,39 +142,35 @@ std::optional<Hello> decode(const void *data, size_t len, std::string *why)
     }
 
     const uint8_t version = p[kOffVersion];
-    if (version == kHelloVersionSendRelease) {
-        return fail(why, "unsupported version 2 (a development build of xqp 0.1.0 whose "
-                         "sharing releases connections with a send: update it)");
-    }
     if ((version != kHelloVersion) && (version != kHelloVersionShare)) {
         return fail(why, "unsupported version " + std::to_string(version) +
                                  " (this xqp speaks " + std::to_string(kHelloVersion) +
                                  " and " + std::to_string(kHelloVersionShare) + ")");
     }
-    const bool v3 = (version == kHelloVersionShare);
-    if (v3 && (len < kHelloSizeShare)) {
-        return fail(why, "private data too short for version 3: " + std::to_string(len) +
-                                 " bytes, need " + std::to_string(kHelloSizeShare));
+    const bool v2 = (version == kHelloVersionShare);
+    if (v2 && (len < kHelloSizeV2)) {
+        return fail(why, "private data too short for version 2: " + std::to_string(len) +
+                                 " bytes, need " + std::to_string(kHelloSizeV2));
     }
 
     const uint8_t kind = p[kOffKind];
     if ((kind != static_cast<uint8_t>(Hello::Kind::Request)) &&
         (kind != static_cast<uint8_t>(Hello::Kind::Reply)) &&
-        (!v3 || (kind != static_cast<uint8_t>(Hello::Kind::Yield)))) {
+        (!v2 || (kind != static_cast<uint8_t>(Hello::Kind::Yield)))) {
         return fail(why, "unknown kind " + std::to_string(kind));
     }
 
     const uint16_t flags = get_le<uint16_t>(p + kOffFlags);
-    const uint16_t known = v3 ? kHelloFlagShare : 0;
+    const uint16_t known = v2 ? kHelloFlagShare : 0;
     if ((flags & ~known) != 0) {
         return fail(why, "unknown flags " + hex(flags) + " (" +
-                                 (v3 ? std::string("only 0x1 is defined") :
+                                 (v2 ? std::string("only 0x1 is defined") :
                                        std::string("must be 0")) +
                                  " in version " + std::to_string(version) + ")");
     }
 
     const uint16_t reserved = get_le<uint16_t>(p + kOffReserved);
-    if (!v3 && (reserved != 0)) {
+    if (reserved != 0) {
         return fail(why, "reserved field is " + hex(reserved) + " (must be 0)");
     }
 
@@ -190,7 +183,7 @@ std::optional<Hello> decode(const void *data, size_t len, std::string *why)
     if (h.max_am_size == 0) {
         return fail(why, "max_am_size is 0");
     }
-    if (!v3) {
+    if (!v2) {
         return h;
     }
 
@@ -206,11 +199,6 @@ std::optional<Hello> decode(const void *data, size_t len, std::string *why)
     }
     h.listener.port = get_le<uint16_t>(p + kOffPort);
     std::memcpy(h.listener.ip.data(), p + kOffIp, 16);
-    h.release_slot  = get_le<uint16_t>(p + kOffSlot);
-    h.release_rkey  = get_le<uint32_t>(p + kOffRkey);
-    if (h.share && (h.kind != Hello::Kind::Yield) && (h.release_slot == 0)) {
-        return fail(why, "shares the connection without a release slot");
-    }
     return h;
 }
 
@@ -227,9 +215,8 @@ std::string to_string(const Hello &h)
            " credits " + std::to_string(h.credits) + " max_am " +
            std::to_string(h.max_am_size) +
            ((h.version == kHelloVersionShare) ?
-                    " v3" + std::string(h.share ? " share" : "") + " pair " +
-                            std::to_string(h.pair_sn) + " from " + to_string(h.listener) +
-                            " release slot " + std::to_string(h.release_slot) :
+                    " v2" + std::string(h.share ? " share" : "") + " pair " +
+                            std::to_string(h.pair_sn) + " from " + to_string(h.listener) :
                     std::string());
 }
 

@@ -19,30 +19,24 @@
  *    28      (kHelloSize)
  *
  * Kinds: 1 request (rdma_connect), 2 reply (rdma_accept), 3 yield (the
- * private data of rdma_reject, version 3 only).
+ * private data of rdma_reject, version 2 only).
  *
- * Version 3 is sent when the sender shares connections (UCX_XQP_SHARE,
+ * Version 2 is sent when the sender shares connections (UCX_XQP_SHARE,
  * iface/sharing.cc); it keeps version 1's fields and appends who the sender
  * is, so that the receiver can match the connection to its own endpoint
- * toward the sender, and where the receiver writes its release
- * (wireup/release_flags.h):
+ * toward the sender:
  *
- *     6    2 flags        bit 0 (kHelloFlagShare): the sender shares this
- *                         connection; no other bit may be set
- *    22    2 release_slot the sender's release flag for this connection
- *                         (its remote address); not 0 when sharing
+ *     6    2 flags        bit 0 (kHelloFlagShare): the sender shares
+ *                         connections; no other bit may be set
  *    28    4 pair_sn      requests: the sender's endpoint number toward the
  *                         receiver's interface (1, 2, ...); replies echo it
  *    32    1 family       4 or 6: the sender's listener address
  *    33    1 reserved     must be 0
  *    34    2 port         the sender's listener port
  *    36   16 ip           the IPv4 address in the first 4 bytes, or IPv6
- *    52    4 release_rkey the rkey of the release flag
- *    56      (kHelloSizeShare)
+ *    52      (kHelloSizeV2)
  *
- * Version 2 (development builds of 0.1.0 whose release was a send) is
- * refused with a message that says so: the two releases cannot meet.
- * A version 1 peer rejects version 3 (it checks the version), so xqp sends
+ * A version 1 peer rejects version 2 (it checks the version), so xqp sends
  * version 1 unless sharing is on, and decodes both.
  */
 #ifndef XQP_WIREUP_PRIVATE_DATA_H
@@ -61,14 +55,13 @@ namespace xqp::wireup {
 
 constexpr uint32_t kHelloMagic   = 0x58515057u; /* "XQPW" */
 constexpr uint8_t  kHelloVersion = 1;
-constexpr uint8_t  kHelloVersionShare = 3;
-constexpr uint8_t  kHelloVersionSendRelease = 2; /* refused */
+constexpr uint8_t  kHelloVersionShare = 2;
 constexpr size_t   kHelloSize    = 28;
-constexpr size_t   kHelloSizeShare  = 56;
+constexpr size_t   kHelloSizeV2  = 52;
 constexpr uint16_t kHelloFlagShare = 1;
 /* private data a REQ carries with RDMA_PS_TCP */
 constexpr size_t   kHelloMaxPrivateData = 56;
-static_assert(kHelloSizeShare <= kHelloMaxPrivateData,
+static_assert(kHelloSizeV2 <= kHelloMaxPrivateData,
               "the hello must fit in a connect request's private data");
 
 /* An interface's rdma_cm listener, as peers know it (its address): the key
@@ -89,7 +82,7 @@ ListenerKey listener_key(const sockaddr_storage &addr);
 std::string to_string(const ListenerKey &key);
 
 struct Hello {
-    /* Yield (version 3 only): a reject's private data, when both sides
+    /* Yield (version 2 only): a reject's private data, when both sides
      * connected to each other at once and the sender's connection is the
      * one to keep (iface/sharing.cc) */
     enum class Kind : uint8_t { Request = 1, Reply = 2, Yield = 3 };
@@ -98,18 +91,16 @@ struct Hello {
     uint64_t iface_uuid  = 0; /* sender's interface id (logs, self-connection detection) */
     uint16_t credits     = 0; /* receive credits granted to the peer (AM flow control) */
     uint32_t max_am_size = 0; /* largest active message the sender can receive */
-    /* version 3 only (version 1: false, 0, unknown, 0, 0) */
+    /* version 2 only (version 1: false, 0, unknown) */
     uint8_t     version  = kHelloVersion;
     bool        share    = false;
     uint32_t    pair_sn  = 0;
     ListenerKey listener = {};
-    uint16_t    release_slot = 0;
-    uint32_t    release_rkey = 0;
 
     bool operator==(const Hello &) const = default;
 };
 
-/* Writes h (kHelloSize bytes for version 1, kHelloSizeShare for version 3) to
+/* Writes h (kHelloSize bytes for version 1, kHelloSizeV2 for version 2) to
  * buf and returns how many; 0 (nothing written) when buf is null or len is
  * smaller. Does not validate h. */
 size_t encode(const Hello &h, uint8_t *buf, size_t len);

@@ -34,12 +34,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* accepted: at least the version's size, and those bytes are exactly
      * what encode() writes for the decoded value */
-    const size_t need = (hello->version == kHelloVersionShare) ? kHelloSizeShare : kHelloSize;
+    const size_t need = (hello->version == kHelloVersionShare) ? kHelloSizeV2 : kHelloSize;
     if (size < need) {
         std::fprintf(stderr, "decode accepted %zu bytes\n", size);
         std::abort();
     }
-    uint8_t buf[kHelloSizeShare];
+    uint8_t buf[kHelloSizeV2];
     if (encode(*hello, buf, sizeof(buf)) != need) {
         std::fprintf(stderr, "encode failed for %s\n", to_string(*hello).c_str());
         std::abort();

@@ -228,68 +228,6 @@ TEST_F(Sharing, AConnectionWhoseEndpointsAreGoneIsNotBoundAgain)
     EXPECT_NE(info(ab_).qp_num, 0u);
 }
 
-TEST_F(Sharing, AReleasedConnectionIsNotBound)
-{
-    /* A connects and goes before B opens its endpoint: its release is in
-     * B's memory when uct_ep_destroy returns, without B progressing */
-    ASSERT_EQ(UCS_OK, b_->connect(a_, b_iface_, &ab_));
-    ASSERT_NO_FATAL_FAILURE(send_checked(ab_, at_b_, 16, 60));
-    uct_ep_destroy(ab_);
-    ab_ = nullptr;
-    /* B's first endpoint toward A (pair 1) must not send on the connection
-     * A released: it connects (A accepts) */
-    ASSERT_EQ(UCS_OK, b_->connect(b_iface_, a_, &ba_));
-    ASSERT_NO_FATAL_FAILURE(send_checked(ba_, at_a_, 20, 61));
-    EXPECT_EQ(1, passive_count_(a_));
-    EXPECT_TRUE(b_->wait_for([&] { return held_count_(b_iface_) == 0; }))
-            << "B still holds " << held_count_(b_iface_) << " connection(s) A released";
-}
-
-TEST_F(Sharing, ReleasesNeedNothingFromAPeerThatDoesNotProgress)
-{
-    /* UCX's test_uct_pending.pending_ucs_ok_dc_arbiter_bug: many endpoints
-     * toward a peer that never creates one back and does not progress while
-     * they are destroyed. Each release must reach the peer without a
-     * receive buffer there: C posts 16, and 48 releases that needed one
-     * waited out the drain's 5 s each (receiver not ready). */
-    uct_iface_h c = nullptr;
-    ASSERT_EQ(UCS_OK, b_->open_iface_with(kRxHeadroom, {{"SHARE", "y"}, {"RX_QUEUE_LEN", "16"}},
-                                          &c));
-    constexpr int kEps = 48;
-    std::vector<uct_ep_h> eps(kEps, nullptr);
-    for (auto &ep : eps) {
-        ASSERT_EQ(UCS_OK, b_->connect(a_, c, &ep));
-    }
-    EXPECT_EQ(kEps, passive_count_(c));
-    const auto start = Clock::now();
-    int destroyed    = 0;
-    double seconds   = 0;
-    for (auto &ep : eps) {
-        uct_ep_destroy(ep); /* nothing progresses C meanwhile */
-        ep = nullptr;
-        ++destroyed;
-        seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        if (seconds > 5.0) {
-            break; /* a drain timed out: the rest would too */
-        }
-    }
-    for (auto &ep : eps) {
-        if (ep != nullptr) {
-            uct_ep_destroy(ep);
-        }
-    }
-    EXPECT_EQ(kEps, destroyed) << "after " << destroyed << " endpoints, " << seconds
-                               << " s: a release waited for the peer";
-    /* A holds the connections until C closes them: C does at its next
-     * connection event (here A's new endpoint), and then A does too */
-    uct_ep_h again = nullptr;
-    ASSERT_EQ(UCS_OK, b_->connect(a_, c, &again));
-    EXPECT_TRUE(b_->wait_for([&] { return (held_count_(a_) == 0) && (held_count_(c) == 1); }))
-            << "still held: A " << held_count_(a_) << ", C " << held_count_(c);
-    uct_ep_destroy(again);
-    uct_iface_close(c);
-}
-
 TEST_F(Sharing, AFailureOfTheSharedConnectionFailsBothEndpoints)
 {
     ASSERT_NO_FATAL_FAILURE(connect_both());

@@ -503,15 +503,10 @@ struct Rig {
     RecordingCm    cm{log};
     RecordingEce   ece{log};
     RecordingOwner owner{log};
-    ReleaseFlags   flags{nullptr}; /* sharing's release slots, in memory */
     WireupConfig   cfg = test_config();
     std::unique_ptr<Connection> conn;
 
-    Rig()
-    {
-        cm.attach(&ece);
-        cfg.release_flags = &flags;
-    }
+    Rig() { cm.attach(&ece); }
     ~Rig() { conn.reset(); }
 
     Connection &make(uint32_t conn_id = kConnId)
@@ -913,7 +908,7 @@ TEST(WireupConnection, PassiveMalformedRequestIsRejected)
     auto truncated = request_bytes(5);
     truncated.resize(kHelloSize - 1);
     auto wrong_version = request_bytes(5);
-    wrong_version[4] = 4;
+    wrong_version[4] = 3;
     auto flags = request_bytes(5);
     flags[6] = 1;
     auto zero_am = request_bytes(5);
@@ -928,7 +923,7 @@ TEST(WireupConnection, PassiveMalformedRequestIsRejected)
         {"wrong magic", wrong_magic, "bad magic 0x585150a8 (expected 0x58515057, not an xqp peer?)"},
         {"truncated", truncated, "private data too short: 27 bytes, need 28"},
         {"empty", {}, "no private data"},
-        {"wrong version", wrong_version, "unsupported version 4 (this xqp speaks 1 and 3)"},
+        {"wrong version", wrong_version, "unsupported version 3 (this xqp speaks 1 and 2)"},
         {"flags", flags, "unknown flags 0x1 (must be 0 in version 1)"},
         {"max_am 0", zero_am, "max_am_size is 0"},
         {"reply", reply_bytes(5),
@@ -2047,10 +2042,8 @@ std::vector<uint8_t> shared_hello(Hello::Kind kind, uint32_t conn_id, uint32_t p
     h.share       = share;
     h.pair_sn     = pair_sn;
     h.listener    = key_of(0xc0000202, 7001);
-    h.release_slot = 0x0901;
-    h.release_rkey = 0x5a5a0001u;
     std::vector<uint8_t> buf(kHelloMaxPrivateData, 0);
-    EXPECT_EQ(kHelloSizeShare, encode(h, buf.data(), buf.size()));
+    EXPECT_EQ(kHelloSizeV2, encode(h, buf.data(), buf.size()));
     return buf;
 }
 
@@ -2073,48 +2066,19 @@ TEST(WireupConnection, SharingActiveSendsItsListenerAndPairNumber)
     Rig r;
     connect_shared(r, 3);
     ASSERT_EQ(1u, r.cm.connects.size());
-    ASSERT_EQ(kHelloSizeShare, r.cm.connects[0].pdata.size());
+    ASSERT_EQ(kHelloSizeV2, r.cm.connects[0].pdata.size());
     const Hello req = decoded(r.cm.connects[0].pdata);
     EXPECT_EQ(kHelloVersionShare, req.version);
     EXPECT_TRUE(req.share);
     EXPECT_EQ(3u, req.pair_sn);
     EXPECT_EQ(r.cfg.listener, req.listener);
     EXPECT_EQ(3u, r.conn->pair_sn());
-    EXPECT_NE(0u, req.release_slot); /* where the peer writes its release */
-    EXPECT_EQ(1u, r.flags.in_use());
 
     /* a peer that shares too: the connection is shared */
     r.feed(RDMA_CM_EVENT_CONNECT_RESPONSE, 0, shared_hello(Hello::Kind::Reply, kConnId, 3));
     ASSERT_EQ(ConnState::Connected, r.conn->state());
     EXPECT_TRUE(r.conn->shared());
     EXPECT_EQ(key_of(0xc0000202, 7001), r.conn->peer_hello().listener);
-    EXPECT_EQ(0x0901u, r.conn->peer_hello().release_slot);
-    EXPECT_EQ(0x5a5a0001u, r.conn->peer_hello().release_rkey);
-
-    /* the peer's release write lands in our slot */
-    EXPECT_FALSE(r.conn->peer_released());
-    *r.flags.slot_memory(req.release_slot) = 1;
-    EXPECT_TRUE(r.conn->peer_released());
-    /* the slot returns to the pool with the connection */
-    r.conn.reset();
-    EXPECT_EQ(0u, r.flags.in_use());
-}
-
-TEST(WireupConnection, SharingWithoutAReleaseSlotIsNotShared)
-{
-    /* no pool (or an exhausted one): the request says it does not share,
-     * and a sharing reply does not make the connection shared */
-    Rig r;
-    r.cfg.release_flags = nullptr;
-    connect_shared(r, 2);
-    const Hello req = decoded(r.cm.connects[0].pdata);
-    EXPECT_EQ(kHelloVersionShare, req.version);
-    EXPECT_FALSE(req.share);
-    EXPECT_EQ(0u, req.release_slot);
-    r.feed(RDMA_CM_EVENT_CONNECT_RESPONSE, 0, shared_hello(Hello::Kind::Reply, kConnId, 2));
-    ASSERT_EQ(ConnState::Connected, r.conn->state());
-    EXPECT_FALSE(r.conn->shared());
-    EXPECT_FALSE(r.conn->peer_released());
 }
 
 TEST(WireupConnection, SharingNeedsBothSides)
@@ -2127,7 +2091,7 @@ TEST(WireupConnection, SharingNeedsBothSides)
         EXPECT_FALSE(r.conn->shared());
     }
     {
-        /* a version 3 reply without the flag */
+        /* a version 2 reply without the flag */
         Rig r;
         r.cfg.share = true;
         r.to_connecting();
@@ -2163,7 +2127,6 @@ TEST(WireupConnection, SharingPassiveGetsAFullSendQueueAndEchoesThePair)
     EXPECT_TRUE(rep.share);
     EXPECT_EQ(4u, rep.pair_sn);
     EXPECT_EQ(r.cfg.listener, rep.listener);
-    EXPECT_NE(0u, rep.release_slot);
 
     /* a request from a peer that does not share: receive-only QP */
     Rig plain;
@@ -2224,62 +2187,11 @@ TEST(WireupConnection, SharingYieldRequestRejectsWithAYieldHello)
     h.conn_id = 77;
     h.pair_sn = 5;
     EXPECT_EQ(0, yield_request(cm, cfg, req, h));
-    EXPECT_EQ(log, (Calls{"reject_yield pdata=56", "destroy_id"}));
+    EXPECT_EQ(log, (Calls{"reject_yield pdata=52", "destroy_id"}));
     ASSERT_EQ(1u, cm.yields.size());
     const Hello y = decoded(cm.yields[0]);
     EXPECT_EQ(Hello::Kind::Yield, y.kind);
     EXPECT_EQ(5u, y.pair_sn);
     EXPECT_EQ(77u, y.conn_id);
     EXPECT_EQ(cfg.listener, y.listener);
-}
-
-/* ---------------------------------------------------------- release flags */
-
-TEST(ReleaseFlags, SlotsAreDistinctZeroedAndReturned)
-{
-    ReleaseFlags flags(nullptr);
-    EXPECT_EQ(nullptr, flags.slot_memory(0)) << "no memory before the first slot";
-    std::vector<ReleaseSlot> slots;
-    for (int i = 0; i < 3; ++i) {
-        slots.push_back(flags.alloc());
-        ASSERT_TRUE(slots.back().valid());
-        EXPECT_NE(0u, slots.back().index()) << "slot 0 holds what writes send";
-        EXPECT_FALSE(slots.back().set());
-    }
-    EXPECT_NE(slots[0].index(), slots[1].index());
-    EXPECT_NE(slots[1].index(), slots[2].index());
-    EXPECT_EQ(1, *flags.slot_memory(0));
-    /* a write to one slot sets that one only */
-    *flags.slot_memory(slots[1].index()) = 1;
-    EXPECT_FALSE(slots[0].set());
-    EXPECT_TRUE(slots[1].set());
-    /* back to the pool, and zeroed when handed out again */
-    const uint16_t index = slots[1].index();
-    slots.erase(slots.begin() + 1);
-    EXPECT_EQ(2u, flags.in_use());
-    ReleaseSlot again = flags.alloc();
-    EXPECT_EQ(index, again.index());
-    EXPECT_FALSE(again.set());
-    /* moves keep one owner */
-    ReleaseSlot moved = std::move(again);
-    EXPECT_FALSE(again.valid());
-    EXPECT_TRUE(moved.valid());
-    EXPECT_EQ(3u, flags.in_use());
-}
-
-TEST(ReleaseFlags, AllSixteenChunksThenNone)
-{
-    ReleaseFlags flags(nullptr);
-    std::vector<ReleaseSlot> slots;
-    for (;;) {
-        ReleaseSlot slot = flags.alloc();
-        if (!slot.valid()) {
-            break;
-        }
-        slots.push_back(std::move(slot));
-    }
-    EXPECT_EQ(ReleaseFlags::kMaxChunks * ReleaseFlags::kChunkSlots - 1, slots.size());
-    EXPECT_EQ(65535u, slots.back().index());
-    slots.pop_back();
-    EXPECT_TRUE(flags.alloc().valid()) << "a returned slot is handed out again";
 }

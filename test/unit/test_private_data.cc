@@ -212,18 +212,12 @@ TEST(PrivateData, WrongMagicIsRejectedWithTheValue)
 
 TEST(PrivateData, UnsupportedVersionIsRejected)
 {
-    for (const uint8_t v : {0, 4, 255}) {
+    for (const uint8_t v : {0, 3, 255}) {
         auto buf = encoded(sample(Hello::Kind::Request));
         buf[4]   = v;
-        EXPECT_EQ("unsupported version " + std::to_string(v) + " (this xqp speaks 1 and 3)",
+        EXPECT_EQ("unsupported version " + std::to_string(v) + " (this xqp speaks 1 and 2)",
                   reject_reason(buf));
     }
-    /* version 2 released connections with a send: said so */
-    auto buf = encoded(sample(Hello::Kind::Request));
-    buf[4]   = 2;
-    EXPECT_EQ("unsupported version 2 (a development build of xqp 0.1.0 whose sharing "
-              "releases connections with a send: update it)",
-              reject_reason(buf));
 }
 
 TEST(PrivateData, UnknownKindIsRejected)
@@ -269,7 +263,7 @@ TEST(PrivateData, ChecksAreOrderedMagicFirst)
     buf[4]   = 9;    /* version */
     buf[5]   = 9;    /* kind */
     buf[6]   = 1;    /* flags */
-    EXPECT_EQ("unsupported version 9 (this xqp speaks 1 and 3)", reject_reason(buf));
+    EXPECT_EQ("unsupported version 9 (this xqp speaks 1 and 2)", reject_reason(buf));
     buf[4] = 1;
     EXPECT_EQ("unknown kind 9", reject_reason(buf));
     buf[0] = 0;
@@ -279,7 +273,7 @@ TEST(PrivateData, ChecksAreOrderedMagicFirst)
 
 namespace {
 
-Hello sample_v3(Hello::Kind kind)
+Hello sample_v2(Hello::Kind kind)
 {
     Hello h           = sample(kind);
     h.version         = kHelloVersionShare;
@@ -288,52 +282,47 @@ Hello sample_v3(Hello::Kind kind)
     h.listener.family = 4;
     h.listener.port   = 0x5152;
     h.listener.ip     = {192, 0, 2, 7};
-    h.release_slot    = 0x6162;
-    h.release_rkey    = 0x71727374u;
     return h;
 }
 
-std::vector<uint8_t> encoded_v3(const Hello &h)
+std::vector<uint8_t> encoded_v2(const Hello &h)
 {
-    std::vector<uint8_t> buf(kHelloSizeShare);
-    EXPECT_EQ(kHelloSizeShare, encode(h, buf.data(), buf.size()));
+    std::vector<uint8_t> buf(kHelloSizeV2);
+    EXPECT_EQ(kHelloSizeV2, encode(h, buf.data(), buf.size()));
     return buf;
 }
 
 } // namespace
 
-TEST(PrivateData, Version3FitsAndKeepsVersion1Fields)
+TEST(PrivateData, Version2FitsAndKeepsVersion1Fields)
 {
-    EXPECT_EQ(56u, kHelloSizeShare);
-    EXPECT_LE(kHelloSizeShare, kHelloMaxPrivateData);
-    const auto buf = encoded_v3(sample_v3(Hello::Kind::Request));
-    /* version 1's bytes, but for the version, the flags and the slot */
+    EXPECT_EQ(52u, kHelloSizeV2);
+    EXPECT_LE(kHelloSizeV2, kHelloMaxPrivateData);
+    const auto buf = encoded_v2(sample_v2(Hello::Kind::Request));
+    /* version 1's bytes, but for the version and the flags */
     for (size_t i = 0; i < kHelloSize; ++i) {
-        if ((i != 4) && (i != 6) && (i != 22) && (i != 23)) {
+        if ((i != 4) && (i != 6)) {
             EXPECT_EQ(kSampleRequest[i], buf[i]) << "byte " << i;
         }
     }
-    EXPECT_EQ(3, buf[4]);
+    EXPECT_EQ(2, buf[4]);
     EXPECT_EQ(1, buf[6]); /* share */
     EXPECT_EQ(0, buf[7]);
-    EXPECT_EQ(0x62, buf[22]); /* release slot */
-    EXPECT_EQ(0x61, buf[23]);
     const std::vector<uint8_t> tail = {0x44, 0x43, 0x42, 0x41, /* pair_sn */
                                        4, 0,                   /* family, reserved */
                                        0x52, 0x51,             /* port */
-                                       192, 0, 2, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                                       0x74, 0x73, 0x72, 0x71}; /* release rkey */
+                                       192, 0, 2, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     EXPECT_EQ(tail, std::vector<uint8_t>(buf.begin() + kHelloSize, buf.end()));
 }
 
-TEST(PrivateData, Version3RoundTripsAndVersion1StillDecodes)
+TEST(PrivateData, Version2RoundTripsAndVersion1StillDecodes)
 {
     for (const auto kind : {Hello::Kind::Request, Hello::Kind::Reply}) {
-        auto h = sample_v3(kind);
+        auto h = sample_v2(kind);
         for (const bool share : {false, true}) {
             h.share         = share;
-            auto        buf = encoded_v3(h);
-            buf.resize(64, 0); /* CM padding */
+            auto        buf = encoded_v2(h);
+            buf.resize(56, 0); /* CM padding */
             std::string why;
             const auto  back = decode(buf.data(), buf.size(), &why);
             ASSERT_TRUE(back.has_value()) << why;
@@ -341,7 +330,7 @@ TEST(PrivateData, Version3RoundTripsAndVersion1StillDecodes)
         }
         h.listener.family = 6;
         h.listener.ip     = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-        const auto back   = decode(encoded_v3(h).data(), kHelloSizeShare, nullptr);
+        const auto back   = decode(encoded_v2(h).data(), kHelloSizeV2, nullptr);
         ASSERT_TRUE(back.has_value());
         EXPECT_EQ(h, *back);
         EXPECT_EQ("[fe80::1]:20818", to_string(back->listener));
@@ -354,10 +343,10 @@ TEST(PrivateData, Version3RoundTripsAndVersion1StillDecodes)
     EXPECT_FALSE(v1->listener.known());
 }
 
-TEST(PrivateData, YieldIsAVersion3Kind)
+TEST(PrivateData, YieldIsAVersion2Kind)
 {
-    auto h = sample_v3(Hello::Kind::Yield);
-    const auto back = decode(encoded_v3(h).data(), kHelloSizeShare, nullptr);
+    auto h = sample_v2(Hello::Kind::Yield);
+    const auto back = decode(encoded_v2(h).data(), kHelloSizeV2, nullptr);
     ASSERT_TRUE(back.has_value());
     EXPECT_EQ(h, *back);
     /* not in version 1 */
@@ -366,26 +355,17 @@ TEST(PrivateData, YieldIsAVersion3Kind)
     EXPECT_EQ("unknown kind 3", reject_reason(v1));
 }
 
-TEST(PrivateData, Version3FaultsAreRejectedWithTheReason)
+TEST(PrivateData, Version2FaultsAreRejectedWithTheReason)
 {
-    auto buf = encoded_v3(sample_v3(Hello::Kind::Request));
-    /* a version 3 hello cut to version 1's size */
-    EXPECT_EQ("private data too short for version 3: 28 bytes, need 56",
+    auto buf = encoded_v2(sample_v2(Hello::Kind::Request));
+    /* a version 2 hello cut to version 1's size */
+    EXPECT_EQ("private data too short for version 2: 28 bytes, need 52",
               reject_reason(std::vector<uint8_t>(buf.begin(), buf.begin() + kHelloSize)));
-    EXPECT_EQ("private data too short for version 3: 55 bytes, need 56",
+    EXPECT_EQ("private data too short for version 2: 51 bytes, need 52",
               reject_reason(std::vector<uint8_t>(buf.begin(), buf.end() - 1)));
     auto bad = buf;
     bad[6]   = 0x03;
-    EXPECT_EQ("unknown flags 0x3 (only 0x1 is defined in version 3)", reject_reason(bad));
-    /* sharing needs a slot the peer can write its release to (a yield
-     * shares nothing and needs none) */
-    bad     = buf;
-    bad[22] = 0;
-    bad[23] = 0;
-    EXPECT_EQ("shares the connection without a release slot", reject_reason(bad));
-    auto yield = sample_v3(Hello::Kind::Yield);
-    yield.release_slot = 0;
-    EXPECT_TRUE(decode(encoded_v3(yield).data(), kHelloSizeShare, nullptr).has_value());
+    EXPECT_EQ("unknown flags 0x3 (only 0x1 is defined in version 2)", reject_reason(bad));
     bad     = buf;
     bad[32] = 5;
     EXPECT_EQ("unknown address family 5", reject_reason(bad));
