@@ -49,6 +49,9 @@ unsigned Endpoint::dispatch()
          * endpoint: they are the oldest, nothing overtakes them */
         dispatching_ = true;
         update_queued();
+        if (ucs_unlikely(announce_owed_)) {
+            announce_bound(); /* before the pending requests */
+        }
         while (!ucs_queue_is_empty(&pending_) && (tx_check_all() == UCS_OK)) {
             ucs_queue_elem_t *elem = ucs_queue_pull_non_empty(&pending_);
             uct_pending_req_t *req = pending_req(elem);
@@ -295,14 +298,23 @@ ucs_status_t Endpoint::post_marker(uct_completion_t *comp)
     return post(&wr, op);
 }
 
-ucs_status_t Endpoint::post_release()
+ucs_status_t Endpoint::post_notice(uint32_t imm)
 {
     iface::TxOp *op = iface_->get_op();
     ibv_send_wr wr;
     init_wr(wr, nullptr, 0);
     wr.opcode   = IBV_WR_SEND_WITH_IMM;
-    wr.imm_data = htonl(iface::kReleaseImm);
+    wr.imm_data = htonl(imm);
     return post(&wr, op);
+}
+
+void Endpoint::announce_bound()
+{
+    /* connecting, it is deferred like any request (and goes first) */
+    announce_owed_ = (tx_check() != UCS_OK) || (post_notice(iface::kBoundImm) != UCS_OK);
+    if (announce_owed_ && (state() != State::Failed)) {
+        iface_->wait_for_resources(this); /* dispatch() tries again */
+    }
 }
 
 ucs_status_t Endpoint::completion_error(ucs_status_t status, ibv_wc_status wc_status)

@@ -116,9 +116,8 @@ public:
     /* sharing (wireup lock held): the endpoint drops its own attempt and
      * sends on conn, which its interface accepted from the peer */
     void take_accepted(wireup::Connection *conn);
-    /* the peer said it no longer uses this endpoint's shared connection
-     * (main thread): the endpoint disconnects it when it is destroyed */
-    void on_peer_release() { peer_released_ = true; }
+    /* the connection the endpoint sends on (wireup lock held) */
+    wireup::Connection &connection() { return *conn_; }
     /* test hook (xqp_ep_inject_failure): fails the connection as an rdma_cm
      * error on the async thread would; callable from any thread */
     void inject_failure(ucs_status_t status, unsigned hold_us);
@@ -230,8 +229,12 @@ private:
      * (shared, and the peer may still send on it) it outlives it */
     void close_connection();
     void hand_over_connection();
-    /* the release message (iface/sharing.cc), signaled */
-    ucs_status_t post_release();
+    /* sharing's notices to the peer (iface/sharing.cc), signaled: imm is
+     * iface::kBoundImm or iface::kReleaseImm */
+    ucs_status_t post_notice(uint32_t imm);
+    /* the bound notice (main thread): now, or from dispatch() when there is
+     * no room for it yet or the endpoint was bound on the async thread */
+    void announce_bound();
     /* the inline operations after their checks; the _slow variants, out of
      * line, run tx_check_slow first, so that the common case saves no
      * registers for a call it does not make */
@@ -257,8 +260,9 @@ private:
     std::unique_ptr<wireup::Connection> own_;
     wireup::Connection *conn_  = nullptr;
     bool                bound_ = false;
-    /* the peer stopped using the shared connection (main thread) */
-    bool                peer_released_ = false;
+    /* the bound notice is still to be sent: set under the wireup lock
+     * while connecting, read by dispatch() once connected */
+    bool                announce_owed_ = false;
     /* written once, under the wireup lock, before state_ leaves Connecting
      * (release); read by the data path after it sees that (acquire) */
     ibv_qp             *qp_ = nullptr;

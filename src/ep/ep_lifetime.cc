@@ -62,6 +62,11 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
         conn_->connect(dst_, pair_sn, to_self);
     }
     iface_->add_ep(this); /* the interface's timer walks its endpoints */
+    if (bound_) {
+        /* the peer learns that we send on its connection: it must not
+         * close it when its own endpoint goes (iface/sharing.cc) */
+        announce_bound();
+    }
 }
 
 Endpoint::~Endpoint()
@@ -71,12 +76,12 @@ Endpoint::~Endpoint()
     }
     bool hand_over;
     {
-        /* a shared connection the peer may still send on outlives the
-         * endpoint (iface/sharing.cc) */
+        /* a shared connection the peer sends on outlives the endpoint
+         * (iface/sharing.cc) */
         iface::WireupGuard guard(*iface_);
         hand_over = conn_->shared() && (state() == State::Connected) &&
                     (conn_->state() == wireup::ConnState::Connected) && !conn_->qp_retired() &&
-                    !peer_released_;
+                    conn_->peer_sends();
     }
     if (hand_over) {
         hand_over_connection();
@@ -96,7 +101,7 @@ Endpoint::~Endpoint()
     if (bound_ && !hand_over) {
         /* after the drain: the interface destroys the closed connection */
         iface::WireupGuard guard(*iface_);
-        iface_->unbind_shared(conn_, peer_released_);
+        iface_->unbind_shared(conn_);
     }
     /* own_ is destroyed after this body, still before the base class */
     UCS_CLASS_CLEANUP(uct_base_ep_t, &handle_.super);
@@ -115,8 +120,9 @@ void Endpoint::take_accepted(wireup::Connection *conn)
     ucs_debug("xqp: ep %p to %s: the peer connects to us at the same time: using its "
               "connection", this, iface::to_string(dst_).c_str());
     own_.reset();
-    conn_  = conn;
-    bound_ = true;
+    conn_          = conn;
+    bound_         = true;
+    announce_owed_ = true; /* dispatch() sends it once connected */
 }
 
 void Endpoint::close_connection()
@@ -150,7 +156,7 @@ void Endpoint::close_connection()
 
 void Endpoint::hand_over_connection()
 {
-    /* the requests in flight complete as usual, then the release message
+    /* the requests in flight complete as usual, then the release notice
      * after them tells the peer; the connection stays up */
     if (!has_tx_resources()) {
         iface_->reap_until([this] { return has_tx_resources() || (state() != State::Connected); });
@@ -161,12 +167,12 @@ void Endpoint::hand_over_connection()
         iface_->remove_ep(this);
     }
     if ((state() == State::Connected) && has_tx_resources()) {
-        post_release();
+        post_notice(iface::kReleaseImm);
     }
     iface_->drain(this);
     iface::WireupGuard guard(*iface_);
     if (bound_) {
-        iface_->unbind_shared(conn_, peer_released_);
+        iface_->unbind_shared(conn_);
     } else {
         iface_->adopt(std::move(own_));
     }

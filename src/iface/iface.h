@@ -50,9 +50,11 @@ class Endpoint;
 
 namespace xqp::iface {
 
-/* The immediate data of the message that says "this side no longer uses
- * the shared connection" (sharing.cc): outside the AM ids (< 32). */
+/* The immediate data of sharing's two notices (sharing.cc), outside the
+ * AM ids (< 32): "this side no longer sends on the shared connection"
+ * (release) and "this side sends on the connection you opened" (bound). */
 constexpr uint32_t kReleaseImm = 0x58510001u;
+constexpr uint32_t kBoundImm   = 0x58510002u;
 
 /*
  * One signaled work request in flight. wr_id points here; the completion
@@ -218,7 +220,7 @@ public:
     uint32_t next_conn_id() { return ++conn_seq_; }
 
     /* connection sharing (sharing.cc; all with the wireup lock held but
-     * on_peer_release, which takes it) */
+     * on_peer_notice, which takes it) */
     bool sharing() const { return wireup_config_.share; }
     /* the next endpoint number toward the interface at key */
     uint32_t next_pair_sn(const wireup::ListenerKey &key);
@@ -227,14 +229,14 @@ public:
     wireup::Connection *bind_shared(ep::Endpoint *ep, const wireup::ListenerKey &key,
                                     uint32_t pair_sn);
     /* ep stopped using the connection bind_shared gave it (its requests
-     * are complete); peer_released: the peer stopped too */
-    void unbind_shared(wireup::Connection *conn, bool peer_released);
+     * are complete); closed when the peer does not send on it either */
+    void unbind_shared(wireup::Connection *conn);
     /* an endpoint's own connection that the peer still uses outlives the
      * endpoint: the interface keeps it until the peer releases it */
     void adopt(std::unique_ptr<wireup::Connection> conn);
-    /* the release message (kReleaseImm) came on the QP numbered qp_num
-     * (main thread) */
-    void on_peer_release(uint32_t qp_num);
+    /* a notice (kBoundImm: sends true; kReleaseImm: false) came on the QP
+     * numbered qp_num (main thread) */
+    void on_peer_notice(uint32_t qp_num, bool sends);
 
     /* introspection (include/xqp/xqp.h) */
     int passive_count() const;
@@ -397,9 +399,8 @@ private:
      * that endpoint unbinds. */
     struct Held {
         std::unique_ptr<wireup::Connection> conn;
-        ep::Endpoint *user          = nullptr;
-        bool          peer_released = false; /* the peer stopped using it */
-        bool          released      = false; /* a local endpoint used it and stopped */
+        ep::Endpoint *user     = nullptr;
+        bool          released = false; /* a local endpoint used it and stopped */
     };
     std::list<Held>                                passive_;
     /* endpoints created toward each peer interface (sharing pair numbers) */

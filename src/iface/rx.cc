@@ -132,9 +132,11 @@ void Iface::handle_recv_completion(const ibv_wc &wc)
     /* the AM id travels as immediate data, so the payload is all the user's */
     const uint32_t am_id = ntohl(wc.imm_data);
     if (!(wc.wc_flags & IBV_WC_WITH_IMM) || (am_id >= UCT_AM_ID_MAX)) {
-        if ((am_id == kReleaseImm) && (wc.wc_flags & IBV_WC_WITH_IMM) && (wc.byte_len == 0)) {
+        if (((am_id == kReleaseImm) || (am_id == kBoundImm)) &&
+            (wc.wc_flags & IBV_WC_WITH_IMM) && (wc.byte_len == 0)) {
             post_rx(buf);
-            on_peer_release(wc.qp_num); /* the peer no longer uses the connection */
+            /* sharing: the peer sends on the connection from now on, or no more */
+            on_peer_notice(wc.qp_num, am_id == kBoundImm);
             return;
         }
         ucs_error("xqp: %s: dropped a malformed message (%u bytes, %s, id %u) from qp 0x%x",

@@ -11,17 +11,26 @@
  * own. So the i-th endpoint either side creates pairs with the other side's
  * i-th. An endpoint to its own interface never shares.
  *
- * Lifetime. A shared connection serves both sides, so it stays until
- * neither side uses it. An endpoint that stops using one while the peer may
- * still send on it (it is up, and the peer has not said it stopped) sends a
- * release message (SEND with immediate data kReleaseImm), after its own
- * requests, and leaves the connection to its interface:
+ * Lifetime, as uct_tcp's TX and RX capabilities. Each side knows whether
+ * the peer sends on a connection (Connection::peer_sends): on one it
+ * accepted, yes, as the peer's endpoint opened it; on its own, only once
+ * the peer says so. An endpoint bound to an accepted connection says so
+ * with a bound notice (SEND with immediate data kBoundImm), its first
+ * request. An endpoint destroyed while the peer does not send on its
+ * connection disconnects it at once, with no word and no wait: so a peer
+ * that never creates an endpoint back, and does not progress, costs
+ * nothing (UCX's test_uct_pending.pending_ucs_ok_dc_arbiter_bug, 2048
+ * endpoints). An endpoint destroyed while the peer sends sends a release
+ * notice (kReleaseImm) after its own requests, and leaves the connection
+ * to its interface:
  *  - an endpoint's own connection is adopted by the interface (adopt);
  *  - an accepted one stays held, and is never bound again (released).
  * The side that receives a release while no endpoint of its own uses the
  * connection any more disconnects it; otherwise its endpoint disconnects
  * when it is destroyed, as without sharing. The disconnect ends it on both
- * sides; a failure fails both sides' users.
+ * sides; a failure fails both sides' users. A peer that binds just as this
+ * side closes (its notice not read yet) sees its endpoint fail with
+ * UCS_ERR_ENDPOINT_TIMEOUT, as when the peer destroys it.
  *
  * Simultaneous connect. When both sides create their endpoints before
  * either request arrives, each side's request finds the other's endpoint
@@ -66,7 +75,7 @@ wireup::Connection *Iface::bind_shared(ep::Endpoint *ep, const wireup::ListenerK
     for (auto &held : passive_) {
         wireup::Connection &conn = *held.conn;
         const auto state = conn.state();
-        if ((held.user == nullptr) && !held.released && !held.peer_released &&
+        if ((held.user == nullptr) && !held.released && conn.peer_sends() &&
             !conn.active() && conn.shared() && (conn.pair_sn() == pair_sn) &&
             (conn.peer_hello().listener == key) &&
             ((state == wireup::ConnState::Accepting) ||
@@ -93,16 +102,15 @@ ep::Endpoint *Iface::crossing_ep(const wireup::Hello &hello) const
     return nullptr;
 }
 
-void Iface::unbind_shared(wireup::Connection *conn, bool peer_released)
+void Iface::unbind_shared(wireup::Connection *conn)
 {
     Held *held = held_of(conn);
     if (held == nullptr) {
         return;
     }
-    held->user          = nullptr;
-    held->released      = true;
-    held->peer_released = held->peer_released || peer_released;
-    if (held->peer_released) {
+    held->user     = nullptr;
+    held->released = true;
+    if (!held->conn->peer_sends()) {
         held->conn->close(); /* neither side uses it: disconnect */
     }
     reap_held();
@@ -111,31 +119,32 @@ void Iface::unbind_shared(wireup::Connection *conn, bool peer_released)
 void Iface::adopt(std::unique_ptr<wireup::Connection> conn)
 {
     conn->set_owner(*this);
-    passive_.push_back(Held{std::move(conn), nullptr, false, true});
+    passive_.push_back(Held{std::move(conn), nullptr, true});
     reap_held(); /* it may have ended meanwhile */
 }
 
-void Iface::on_peer_release(uint32_t qp_num)
+void Iface::on_peer_notice(uint32_t qp_num, bool sends)
 {
-    if (ep::Endpoint *ep = ep_of_qp(qp_num)) {
-        ep->on_peer_release(); /* it disconnects when it is destroyed */
-        return;
-    }
     WireupGuard guard(*this);
     for (auto &held : passive_) {
         const ibv_qp *qp = held.conn->qp();
         if ((qp == nullptr) || (qp->qp_num != qp_num)) {
             continue;
         }
-        held.peer_released = true;
-        if (held.user == nullptr) {
-            held.conn->close();
+        held.conn->set_peer_sends(sends);
+        if (!sends && (held.user == nullptr)) {
+            held.conn->close(); /* neither side uses it: disconnect */
             reap_held();
         }
         return;
     }
-    ucs_debug("xqp: %s: release message on qp 0x%x, which no connection has",
-              resource_name_.c_str(), qp_num);
+    if (ep::Endpoint *ep = ep_of_qp(qp_num)) {
+        /* its own connection: the endpoint reads the flag when destroyed */
+        ep->connection().set_peer_sends(sends);
+        return;
+    }
+    ucs_debug("xqp: %s: %s notice on qp 0x%x, which no connection has", resource_name_.c_str(),
+              sends ? "bound" : "release", qp_num);
 }
 
 void Iface::reap_held()

@@ -338,8 +338,9 @@ void Connection::established()
 
 void Connection::accept_request(const CmEvent &request)
 {
-    active_   = false;
-    attempts_ = 1;
+    active_     = false;
+    peer_sends_ = true; /* the peer's endpoint opened it */
+    attempts_   = 1;
     state_    = ConnState::Accepting;
     id_       = request.id;
     id_->context = this;

@@ -173,6 +173,12 @@ public:
     /* both sides share connections: the peer may send on this one too, and
      * says when it stops using it (iface/sharing.cc) */
     bool               shared() const { return config_.share && peer_hello_.share; }
+    /* sharing: the peer sends on this connection, as far as this side
+     * knows. An accepted one: yes, the peer's endpoint opened it. Our own:
+     * not until the peer says it bound an endpoint to it (a bound notice);
+     * a release notice clears it (iface/sharing.cc) */
+    bool               peer_sends() const { return peer_sends_; }
+    void               set_peer_sends(bool sends) { peer_sends_ = sends; }
     /* the sharing pair number: the active side's, echoed by the passive */
     uint32_t           pair_sn() const { return pair_sn_; }
     ibv_qp            *qp() const { return qp_; }
@@ -210,6 +216,7 @@ private:
     EceNegotiator      ece_;
     bool               active_ = true;
     bool               self_   = false; /* loopback: the QP connects to itself */
+    bool               peer_sends_ = false;
     uint32_t           conn_id_;
     uint32_t           pair_sn_ = 0;
     ConnState          state_ = ConnState::Idle;

@@ -228,6 +228,119 @@ TEST_F(Sharing, AConnectionWhoseEndpointsAreGoneIsNotBoundAgain)
     EXPECT_NE(info(ab_).qp_num, 0u);
 }
 
+/* until pred() holds or seconds pass, with nobody progressing */
+template <class Pred>
+bool wait_without_progress(Pred &&pred, double seconds)
+{
+    const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+    while (!pred() && (Clock::now() < until)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return pred();
+}
+
+TEST_F(Sharing, AReleasedConnectionIsNotBound)
+{
+    /* A connects and goes before B opens an endpoint toward it: B never
+     * said it sends on the connection, so A closes it at once (no release
+     * notice, nothing kept), and B's async thread ends it without B's
+     * progress. Before, A kept it and sent a release that B read only in
+     * its progress. */
+    ASSERT_EQ(UCS_OK, b_->connect(a_, b_iface_, &ab_));
+    ASSERT_NO_FATAL_FAILURE(send_checked(ab_, at_b_, 16, 60));
+    uct_ep_destroy(ab_);
+    ab_ = nullptr;
+    EXPECT_EQ(0, held_count_(a_)) << "A kept a connection B never sent on";
+    EXPECT_TRUE(wait_without_progress([&] { return held_count_(b_iface_) == 0; }, 10))
+            << "B still holds " << held_count_(b_iface_) << " connection(s) A closed";
+    /* B's first endpoint toward A (pair 1) connects on its own: A accepts */
+    ASSERT_EQ(UCS_OK, b_->connect(b_iface_, a_, &ba_));
+    ASSERT_NO_FATAL_FAILURE(send_checked(ba_, at_a_, 20, 61));
+    EXPECT_EQ(1, passive_count_(a_));
+}
+
+TEST_F(Sharing, ABindRacingThePeersCloseFailsCleanly)
+{
+    /* B binds an endpoint to the connection A opened just as A destroys
+     * its own: A has not read B's bound notice, so it closes the
+     * connection, and B's endpoint fails as when a peer destroys its
+     * endpoint (UCS_ERR_ENDPOINT_TIMEOUT to the error handler, later
+     * requests refused). Nothing hangs and nothing stays held. */
+    ASSERT_EQ(UCS_OK, b_->connect(a_, b_iface_, &ab_));
+    ASSERT_NO_FATAL_FAILURE(send_checked(ab_, at_b_, 16, 62));
+    ASSERT_EQ(UCS_OK, b_->create_ep(b_iface_, a_, &ba_)); /* binds; no progress */
+    EXPECT_EQ(0, passive_count_(a_)) << "B's endpoint made a connection of its own";
+    uct_ep_destroy(ab_);
+    ab_ = nullptr;
+    const size_t before = errors_at_start_;
+    ucs_status_t status = UCS_OK;
+    EXPECT_TRUE(b_->wait_for([&] {
+        for (size_t i = before; i < b_->ep_errors.size(); ++i) {
+            if (b_->ep_errors[i].first == ba_) {
+                status = b_->ep_errors[i].second;
+                return true;
+            }
+        }
+        return false;
+    })) << "B's endpoint did not fail";
+    EXPECT_EQ(UCS_ERR_ENDPOINT_TIMEOUT, status) << ucs_status_string(status);
+    const uint64_t word = 1;
+    EXPECT_NE(UCS_OK, uct_ep_am_short(ba_, kShareAm, 0, &word, sizeof(word)));
+    errors_at_start_ = b_->ep_errors.size(); /* expected */
+    uct_ep_destroy(ba_);
+    ba_ = nullptr;
+    EXPECT_TRUE(b_->wait_for([&] { return (held_count_(a_) == 0) && (held_count_(b_iface_) == 0); }))
+            << "still held: A " << held_count_(a_) << ", B " << held_count_(b_iface_);
+}
+
+TEST_F(Sharing, ReleasesNeedNothingFromAPeerThatDoesNotProgress)
+{
+    /* UCX's test_uct_pending.pending_ucs_ok_dc_arbiter_bug: many endpoints
+     * toward a peer that never creates one back and does not progress while
+     * they are destroyed. The peer never sent on those connections, so they
+     * close with no word to it. Before, each sent a release that needed a
+     * receive buffer there: C posts 16, and every release after the 16th
+     * waited out the drain's 5 s (receiver not ready). */
+    uct_iface_h c = nullptr;
+    ASSERT_EQ(UCS_OK, b_->open_iface_with(kRxHeadroom, {{"SHARE", "y"}, {"RX_QUEUE_LEN", "16"}},
+                                          &c));
+    constexpr int kEps = 48;
+    std::vector<uct_ep_h> eps(kEps, nullptr);
+    for (auto &ep : eps) {
+        ASSERT_EQ(UCS_OK, b_->connect(a_, c, &ep));
+    }
+    EXPECT_EQ(kEps, passive_count_(c));
+    const auto start = Clock::now();
+    int destroyed    = 0;
+    double seconds   = 0;
+    for (auto &ep : eps) {
+        uct_ep_destroy(ep); /* nothing progresses C meanwhile */
+        ep = nullptr;
+        ++destroyed;
+        seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        if (seconds > 5.0) {
+            break; /* a drain timed out: the rest would too */
+        }
+    }
+    for (auto &ep : eps) {
+        if (ep != nullptr) {
+            uct_ep_destroy(ep);
+        }
+    }
+    EXPECT_EQ(kEps, destroyed) << "after " << destroyed << " endpoints, " << seconds
+                               << " s: a destroy waited for the peer";
+    EXPECT_EQ(0, held_count_(a_)) << "A kept connections C never sent on";
+    EXPECT_TRUE(wait_without_progress([&] { return held_count_(c) == 0; }, 20))
+            << "C still holds " << held_count_(c) << " connection(s)";
+    /* a new endpoint to C gets a connection of its own */
+    uct_ep_h again = nullptr;
+    ASSERT_EQ(UCS_OK, b_->connect(a_, c, &again));
+    EXPECT_TRUE(b_->wait_for([&] { return (held_count_(a_) == 0) && (held_count_(c) == 1); }))
+            << "still held: A " << held_count_(a_) << ", C " << held_count_(c);
+    uct_ep_destroy(again);
+    uct_iface_close(c);
+}
+
 TEST_F(Sharing, AFailureOfTheSharedConnectionFailsBothEndpoints)
 {
     ASSERT_NO_FATAL_FAILURE(connect_both());
