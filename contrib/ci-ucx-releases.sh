@@ -1,6 +1,6 @@
 #!/bin/bash
-# contrib/ci-ucx-releases.sh [BUDGET_SECONDS] - CI's step for the UCX
-# releases besides the system's: runs contrib/check-ucx-release.sh for each
+# contrib/ci-ucx-releases.sh [BUDGET_SECONDS] - the UCX releases besides
+# the system's, on demand (CI does not run it): runs contrib/check-ucx-release.sh for each
 # UCX source tree found in the tree cache, as long as the time budget lasts,
 # and says which releases ran, which were not available and which did not
 # fit.

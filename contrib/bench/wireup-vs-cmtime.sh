@@ -5,7 +5,7 @@
 # cmtime (the raw external-QP rdma_cm flow: resolve, create QP, connect) and
 # xqp (uct_ep_create of N endpoints until all are established, including the
 # ECE steps). Prints both, connections per second and the ratio (goal:
-# xqp <= 1.2 x cmtime). One run of either varies by tens of percent on a
+# xqp <= 1.0 x cmtime, #36). One run of either varies by tens of percent on a
 # loaded machine, so they are compared in XQP_BENCH_ROUNDS paired rounds
 # (default 9) and the median of the rounds' ratios is reported. Writes the
 # summary to $WORK/bench.txt when WORK is set. Fails only when a measurement
@@ -70,8 +70,8 @@ ratio=$(echo "$ratios" | median)
 lo_hi=$(echo "$ratios" | range)
 
 summary=$(awk -v n="$n" -v r="$rounds" -v x="$x_ms" -v c="$c_ms" -v q="$ratio" -v lh="$lo_hi" 'BEGIN {
-    printf "bench: %d connections (medians of %d rounds): xqp %.1f ms (%.0f conn/s), cmtime %.1f ms (%.0f conn/s), ratio %.2f (range %s; goal <= 1.20, %s)\n",
-           n, r, x, n / (x / 1000), c, n / (c / 1000), q, lh, (q <= 1.20) ? "met" : "not met" }')
+    printf "bench: %d connections (medians of %d rounds): xqp %.1f ms (%.0f conn/s), cmtime %.1f ms (%.0f conn/s), ratio %.2f (range %s; goal <= 1.0, %s)\n",
+           n, r, x, n / (x / 1000), c, n / (c / 1000), q, lh, (q <= 1.0) ? "met" : "not met" }')
 echo "$summary"
 [ -n "${WORK:-}" ] && echo "$summary" >> "$WORK/bench.txt"
 echo "bench: wireup-vs-cmtime.sh took $SECONDS s"
