@@ -69,10 +69,12 @@ XQP_API int xqp_ep_wireup_info(uct_ep_h ep, xqp_wireup_info_t *info);
 XQP_API int xqp_ep_inject_failure(uct_ep_h ep, ucs_status_t status, unsigned hold_us);
 
 /* Passive connections an xqp interface accepted or rejected, in arrival
- * order (kept after they close). 0, -EINVAL, or -ENOENT past the end. */
+ * order (kept after they close). The last 4096 are kept: an older index
+ * gives -ENOENT, as one past the end does. 0, -EINVAL or -ENOENT. */
 XQP_API int xqp_iface_passive_info(uct_iface_h iface, unsigned index, xqp_wireup_info_t *info);
 
-/* How many passive connection requests the interface has handled. */
+/* How many passive connection requests the interface has handled (all of
+ * them, those whose record was dropped included). */
 XQP_API int xqp_iface_passive_count(uct_iface_h iface);
 
 /* How many connections the interface holds now that no endpoint owns: the

@@ -105,10 +105,11 @@ void Iface::on_connect_request(const wireup::CmEvent &event)
 {
     /* sharing: a request from a peer our endpoint is connecting to at the
      * same time (sharing.cc) */
+    /* decoded once: the matching here, the connection's accept below */
+    std::string why;
+    const auto hello = wireup::decode(event.private_data.data(), event.private_data.size(), &why);
     ep::Endpoint *crossing = nullptr;
     if (sharing()) {
-        const auto hello = wireup::decode(event.private_data.data(), event.private_data.size(),
-                                          nullptr);
         if (hello && (hello->kind == wireup::Hello::Kind::Request) && hello->share) {
             crossing = crossing_ep(*hello);
             if ((crossing != nullptr) && (wireup_config_.listener < hello->listener)) {
@@ -128,8 +129,7 @@ void Iface::on_connect_request(const wireup::CmEvent &event)
     auto conn = std::make_unique<wireup::Connection>(*cm_, ece_provider_, wireup_config_,
                                                      *this, 0);
     auto *c   = conn.get();
-    passive_slots_.push_back(c);
-    passive_infos_.push_back(xqp_wireup_info_t{});
+    passive_log_.add(c);
     passive_.push_back(Held{std::move(conn)});
     if (crossing != nullptr) {
         /* the peer's is kept: our endpoint drops its own attempt and sends
@@ -137,7 +137,7 @@ void Iface::on_connect_request(const wireup::CmEvent &event)
         passive_.back().user = crossing;
         crossing->take_accepted(c);
     }
-    c->accept_request(event);
+    c->accept_request(event, hello, why);
     record_passive(*c);
 }
 
@@ -173,13 +173,11 @@ void fill_wireup_info(const wireup::Connection &conn, xqp_wireup_info_t *info)
 
 void Iface::record_passive(wireup::Connection &conn)
 {
-    for (size_t i = 0; i < passive_slots_.size(); ++i) {
-        if (passive_slots_[i] == &conn) {
-            const uint32_t qp_num = passive_infos_[i].qp_num;
-            fill_wireup_info(conn, &passive_infos_[i]);
-            if (passive_infos_[i].qp_num == 0) {
-                passive_infos_[i].qp_num = qp_num; /* keep it after teardown */
-            }
+    if (xqp_wireup_info_t *info = passive_log_.find(&conn)) {
+        const uint32_t qp_num = info->qp_num;
+        fill_wireup_info(conn, info);
+        if (info->qp_num == 0) {
+            info->qp_num = qp_num; /* keep it after teardown */
         }
     }
 }
@@ -218,16 +216,12 @@ void Iface::on_log(wireup::Connection &, const std::string &line)
 
 int Iface::passive_count() const
 {
-    return static_cast<int>(passive_infos_.size());
+    return static_cast<int>(passive_log_.count());
 }
 
 int Iface::passive_info(unsigned index, xqp_wireup_info_t *info) const
 {
-    if (index >= passive_infos_.size()) {
-        return -ENOENT;
-    }
-    *info = passive_infos_[index];
-    return 0;
+    return passive_log_.get(index, info);
 }
 
 } // namespace xqp::iface

@@ -29,6 +29,7 @@
 #include "compat/ucx.h"
 #include "iface/buffers.h"
 #include "iface/config.h"
+#include "iface/passive_log.h"
 #include "md/md.h"
 #include "wireup/cm_ops.h"
 #include "wireup/connection.h"
@@ -405,8 +406,9 @@ private:
     std::list<Held>                                passive_;
     /* endpoints created toward each peer interface (sharing pair numbers) */
     std::map<wireup::ListenerKey, uint32_t>        pair_seq_;
-    std::vector<xqp_wireup_info_t>                 passive_infos_;
-    std::vector<const wireup::Connection *>        passive_slots_;
+    /* what the last kPassiveRecords connect requests became */
+    static constexpr size_t kPassiveRecords = 4096;
+    PassiveLog passive_log_{kPassiveRecords};
 };
 
 

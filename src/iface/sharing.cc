@@ -153,11 +153,7 @@ void Iface::reap_held()
         const auto state = it->conn->state();
         if ((it->user == nullptr) &&
             ((state == wireup::ConnState::Failed) || (state == wireup::ConnState::Closed))) {
-            for (auto &slot : passive_slots_) {
-                if (slot == it->conn.get()) {
-                    slot = nullptr;
-                }
-            }
+            passive_log_.forget(it->conn.get());
             it = passive_.erase(it);
         } else {
             ++it;

@@ -336,7 +336,8 @@ void Connection::established()
 
 /* ------------------------------------------------------------------ passive */
 
-void Connection::accept_request(const CmEvent &request)
+void Connection::accept_request(const CmEvent &request, const std::optional<Hello> &hello,
+                                const std::string &why)
 {
     active_     = false;
     peer_sends_ = true; /* the peer's endpoint opened it */
@@ -345,14 +346,10 @@ void Connection::accept_request(const CmEvent &request)
     id_       = request.id;
     id_->context = this;
 
-    std::string why;
-    auto hello = decode(request.private_data.data(), request.private_data.size(), &why);
     if (!hello || (hello->kind != Hello::Kind::Request)) {
-        if (hello) {
-            why = "not a request: " + to_string(*hello);
-        }
         cm_.reject(id_);
-        fail(UCS_ERR_INVALID_ADDR, "rejected a malformed connect request: " + why);
+        fail(UCS_ERR_INVALID_ADDR, "rejected a malformed connect request: " +
+                                           (hello ? "not a request: " + to_string(*hello) : why));
         return;
     }
     peer_hello_ = *hello;
@@ -380,9 +377,10 @@ void Connection::accept_request(const CmEvent &request)
         fail(UCS_ERR_REJECTED, "rejected (ece): " + decision.reason);
         return;
     }
-    if (!modify_to_rts(&why)) {
+    std::string reason;
+    if (!modify_to_rts(&reason)) {
         cm_.reject(id_);
-        fail(UCS_ERR_IO_ERROR, why);
+        fail(UCS_ERR_IO_ERROR, reason);
         return;
     }
     const Ece reply = ece_.reply(qp_);

@@ -38,6 +38,7 @@
 #include <sys/socket.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -118,8 +119,11 @@ public:
     /* another owner takes the connection over (wireup lock held) */
     void set_owner(ConnectionOwner &owner) { owner_ = &owner; }
 
-    /* passive side: take over the new cm_id of a CONNECT_REQUEST */
-    void accept_request(const CmEvent &request);
+    /* passive side: take over the new cm_id of a CONNECT_REQUEST, whose
+     * private data the interface decoded (hello; why: the decoder's reason
+     * when it is not one) */
+    void accept_request(const CmEvent &request, const std::optional<Hello> &hello,
+                        const std::string &why);
 
     /* any later rdma_cm event of this connection's id */
     void on_event(const CmEvent &event);

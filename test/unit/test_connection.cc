@@ -572,7 +572,9 @@ struct Rig {
         ev.type         = RDMA_CM_EVENT_CONNECT_REQUEST;
         ev.id           = cm.passive_id();
         ev.private_data = std::move(pdata);
-        conn->accept_request(ev);
+        std::string why;
+        const auto hello = decode(ev.private_data.data(), ev.private_data.size(), &why);
+        conn->accept_request(ev, hello, why);
         return ev.id;
     }
 
