@@ -55,10 +55,36 @@ test_end() {
     fi
 }
 
-# test_summary PREFIX: the counts; false when a test failed
+# test_summary PREFIX: the counts; false when a test failed, and when none
+# passed or failed (ONLY matched nothing, or every test skipped): a run
+# that tested nothing is no pass
 test_summary() {
     echo "$1: $passed passed, $failed failed, $skipped skipped"
+    if [[ $((passed + failed)) == 0 ]]; then
+        echo "$1: no test ran${ONLY:+ (the pattern '$ONLY' selects $skipped of them)}"
+        return 1
+    fi
     [[ $failed == 0 ]]
+}
+
+# failure_kind STATUS LOG: why a command that exited with STATUS and wrote
+# LOG failed, in words a baseline's failure can be compared with:
+# "timeout" (timeout(1)'s 124), "signal N" (UCX's "Caught signal N" in
+# LOG, or death by a signal), else "exit STATUS"
+failure_kind() {
+    local rc=$1 log=$2 sig
+    if [[ $rc == 124 ]]; then
+        echo timeout
+        return
+    fi
+    sig=$(sed -n 's/.*Caught signal \([0-9]*\).*/\1/p' "$log" 2>/dev/null | head -n 1)
+    if [[ -n $sig ]]; then
+        echo "signal $sig"
+    elif ((rc > 128)); then
+        echo "signal $((rc - 128))"
+    else
+        echo "exit $rc"
+    fi
 }
 
 # UCP's log line of an endpoint configuration (UCX_LOG_LEVEL=info): "ep_cfg[N]:
