@@ -347,11 +347,17 @@ bad=0
                     printf "%s: %d passed, %d failed%s\n", g, p, f, s ? ", " s " skipped" : ""
                     for (i = 1; i <= f; i++) print "    " l[i]
                 }' "$res"
-            grep -qE '^(FAIL|CRASH|HANG|ERROR) ' "$res" && bad=1
+            # (an if, not "&&": a clean last group must not end the brace
+            # group, and with pipefail and -e the script, with status 1)
+            if grep -qE '^(FAIL|CRASH|HANG|ERROR) ' "$res"; then
+                bad=1
+            fi
         done <"$GROUPS_FILE"
     done
 } | tee "$OUT/summary.txt"
-grep -qE '^    (FAIL|CRASH|HANG|ERROR) |: not run' "$OUT/summary.txt" && bad=1
+if grep -qE '^    (FAIL|CRASH|HANG|ERROR) |: not run' "$OUT/summary.txt"; then
+    bad=1
+fi
 if [[ " $TLS " == *" rc_verbs "* ]] && [[ " $TLS " == *" xqp "* ]]; then
     echo "== rc_verbs passes that xqp does not pass"
     "$SRC/contrib/ucx-gtest-compare.sh" "$OUT" | tee "$OUT/compare.txt" || bad=1
