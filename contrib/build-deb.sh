@@ -17,7 +17,8 @@
 #   DEB_BUILD_OPTIONS  passed on (nocheck: skip the unit tests)
 #   XQP_NO_APT=1       never install packages
 #   XQP_KEEP_TMP=1     keep the temporary directory
-#   XQP_NO_LINTIAN=1   do not run lintian on the result (run when installed)
+#   XQP_NO_LINTIAN=1   do not run lintian on the result (run when installed:
+#                      its errors fail the build, its warnings are listed)
 # shellcheck disable=SC2015  # "A && B || C": A && B is the condition
 set -euo pipefail
 
@@ -151,7 +152,12 @@ cp "$TMP"/ucx-xqp*.deb "$TMP"/ucx-xqp_*.changes "$TMP"/ucx-xqp_*.buildinfo "$TMP
 
 if [ "${XQP_NO_LINTIAN:-0}" != 1 ] && command -v lintian >/dev/null; then
     log "lintian"
-    lintian --info "$OUT"/ucx-xqp_*.changes >&2 || true
+    # errors fail the build; warnings and notes are listed, and counted
+    lrc=0
+    lintian --info --fail-on error "$OUT"/ucx-xqp_*.changes > "$OUT/lintian.txt" 2>&1 || lrc=$?
+    grep -v '^running with root privileges' "$OUT/lintian.txt" >&2 || :
+    log "lintian: $(grep -c '^E: ' "$OUT/lintian.txt") errors, $(grep -c '^W: ' "$OUT/lintian.txt") warnings ($OUT/lintian.txt)"
+    [ "$lrc" = 0 ] || die "lintian found errors in the package (above; status $lrc)"
 fi
 ok=1
 log "packages in $OUT:"

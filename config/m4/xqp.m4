@@ -290,7 +290,7 @@ AC_DEFUN([XQP_CHECK_FLAGS], [
         dnl hwloc's plugins (libxml2, pci) are dlclose()d before LeakSanitizer
         dnl reports, which hides their process-lifetime allocations from the
         dnl suppressions: the sanitized unit tests run hwloc without them
-        XQP_TESTS_ENV="HWLOC_LIBXML=0 HWLOC_PLUGINS_PATH=/nonexistent LSAN_OPTIONS=suppressions=\$(abs_top_srcdir)/test/lsan.supp UBSAN_OPTIONS=print_stacktrace=1"],
+        XQP_TESTS_ENV="HWLOC_LIBXML=0 HWLOC_PLUGINS_PATH=/nonexistent LSAN_OPTIONS=suppressions=\$(abs_top_srcdir)/test/lsan.supp ASAN_OPTIONS=fast_unwind_on_malloc=0 UBSAN_OPTIONS=print_stacktrace=1"],
       [thread], [
         xqp_san="-fsanitize=thread -fno-omit-frame-pointer"
         XQP_CXXFLAGS="$XQP_CXXFLAGS $xqp_san"
