@@ -103,11 +103,11 @@ void Iface::progress_cm_events()
 
 void Iface::on_connect_request(const wireup::CmEvent &event)
 {
-    /* sharing: a request from a peer our endpoint is connecting to at the
-     * same time (sharing.cc) */
     /* decoded once: the matching here, the connection's accept below */
     std::string why;
     const auto hello = wireup::decode(event.private_data.data(), event.private_data.size(), &why);
+    /* sharing: a request from a peer our endpoint is connecting to at the
+     * same time (sharing.cc) */
     ep::Endpoint *crossing = nullptr;
     if (sharing()) {
         if (hello && (hello->kind == wireup::Hello::Kind::Request) && hello->share) {
