@@ -161,7 +161,7 @@ ucs_status_t Endpoint::cancel(uct_completion_t *comp)
             conn_->retire_qp();
         }
         /* under the lock: while connecting, the async thread may swap the
-         * connection (sharing, take_accepted) */
+         * connection (sharing, on_moved) */
         completes = qp_completes();
     }
     if ((outstanding() == 0) || !completes) {

@@ -31,7 +31,7 @@
 
 namespace xqp::ep {
 
-class Endpoint final : public wireup::ConnectionOwner {
+class Endpoint final : public iface::ConnUser {
 public:
     struct Handle {
         uct_base_ep_t super;
@@ -110,12 +110,6 @@ public:
         return ((status == UCS_ERR_CANCELED) && (state() == State::Failed)) ? fail_status_ :
                                                                               status;
     }
-    /* sharing (wireup lock held): this endpoint's own attempt toward the
-     * interface at key, with pair number pair_sn, is in progress */
-    bool crosses(const wireup::ListenerKey &key, uint32_t pair_sn) const;
-    /* sharing (wireup lock held): the endpoint drops its own attempt and
-     * sends on conn, which its interface accepted from the peer */
-    void take_accepted(wireup::Connection *conn);
     /* the connection the endpoint sends on (wireup lock held) */
     wireup::Connection &connection() { return *conn_; }
     /* test hook (xqp_ep_inject_failure): fails the connection as an rdma_cm
@@ -135,11 +129,12 @@ public:
     /* from the interface's timer (async thread, wireup lock held) */
     void check_timeout(double now) { conn_->check_timeout(now); }
 
-    /* wireup::ConnectionOwner (called with the wireup lock held) */
+    /* iface::ConnUser (called with the wireup lock held) */
     void on_established(wireup::Connection &conn) override;
     void on_failed(wireup::Connection &conn) override;
     void on_closed(wireup::Connection &conn) override;
     void on_log(wireup::Connection &conn, const std::string &line) override;
+    void on_moved(wireup::Connection &conn) override;
 
 private:
     void schedule_progress();
@@ -229,7 +224,7 @@ private:
      * (shared, and the peer may still send on it) it outlives it */
     void close_connection();
     void hand_over_connection();
-    /* sharing's notices to the peer (iface/sharing.cc), signaled: imm is
+    /* sharing's notices to the peer (iface/conn_table.h), signaled: imm is
      * iface::kBoundImm or iface::kReleaseImm */
     ucs_status_t post_notice(uint32_t imm);
     /* the bound notice (main thread): now, or from dispatch() when there is
@@ -255,11 +250,9 @@ private:
     Handle              handle_;
     iface::Iface       *iface_;
     sockaddr_storage    dst_;
-    /* the connection the endpoint sends on: its own (own_), or, shared, one
-     * its interface accepted (bound_) */
-    std::unique_ptr<wireup::Connection> own_;
+    /* the connection the endpoint sends on, in its interface's table: its
+     * own, or (sharing) one the peer opened (!conn_->active()) */
     wireup::Connection *conn_  = nullptr;
-    bool                bound_ = false;
     /* the bound notice is still to be sent: set under the wireup lock
      * while connecting, read by dispatch() once connected */
     bool                announce_owed_ = false;

@@ -1,10 +1,10 @@
 /*
- * xqp - an endpoint's life and its connection: creation (with sharing, the
- * binding to a connection the interface accepted), destruction (the
- * connection closes with the endpoint, or a shared one is handed over to
- * the interface, iface/sharing.cc), and what the connection reports (the
- * wireup::ConnectionOwner callbacks, on the async thread). The data path is
- * in ep.cc.
+ * xqp - an endpoint's life and its connection, which its interface's table
+ * holds (iface/conn_table.h): creation (a connection of its own, or with
+ * sharing the one the peer opened), destruction (the connection closes with
+ * the endpoint, or, when the peer sends on it, stays with the table after a
+ * release notice), and what the connection reports (the iface::ConnUser
+ * callbacks, on the async thread). The data path is in ep.cc.
  */
 #include "ep/ep.h"
 
@@ -33,38 +33,21 @@ Endpoint::Endpoint(iface::Iface *iface, const sockaddr_storage &dst)
         throw Error(status, "cannot initialize the base endpoint");
     }
     iface::WireupGuard guard(*iface_);
-    /* sharing: the connection the peer opened toward this endpoint, if it
-     * did (iface/sharing.cc) */
-    const wireup::ListenerKey key = wireup::listener_key(dst_);
-    /* an endpoint to its own interface connects its QP to itself */
-    const bool to_self            = (key == iface_->wireup_config().listener);
-    uint32_t pair_sn              = 0;
-    if (iface_->sharing() && !to_self) {
-        pair_sn = iface_->next_pair_sn(key);
-        conn_   = iface_->bind_shared(this, key, pair_sn);
+    status = iface_->arm_timer(); /* it times the attempts out */
+    if (status != UCS_OK) {
+        UCS_CLASS_CLEANUP(uct_base_ep_t, &handle_.super);
+        throw Error(status, "cannot add the connection timer");
     }
-    if (conn_ != nullptr) {
-        bound_ = true;
-        if (conn_->state() == wireup::ConnState::Connected) {
-            qp_ = conn_->qp();
-            state_.store(State::Connected, std::memory_order_release);
-        } /* otherwise the interface passes on_established on */
-    } else {
-        status = iface_->arm_timer(); /* it times the attempts out */
-        if (status != UCS_OK) {
-            UCS_CLASS_CLEANUP(uct_base_ep_t, &handle_.super);
-            throw Error(status, "cannot add the connection timer");
-        }
-        own_  = std::make_unique<wireup::Connection>(iface->cm(), iface->ece_provider(),
-                                                     iface->wireup_config(), *this,
-                                                     iface->next_conn_id());
-        conn_ = own_.get();
-        conn_->connect(dst_, pair_sn, to_self);
-    }
+    conn_ = &iface_->conns().open(*this, dst_, iface_->next_conn_id());
+    if (!conn_->active() && (conn_->state() == wireup::ConnState::Connected)) {
+        /* sharing: the peer opened it, and it is up */
+        qp_ = conn_->qp();
+        state_.store(State::Connected, std::memory_order_release);
+    } /* otherwise the table passes on_established on */
     iface_->add_ep(this); /* the interface's timer walks its endpoints */
-    if (bound_) {
+    if (!conn_->active()) {
         /* the peer learns that we send on its connection: it must not
-         * close it when its own endpoint goes (iface/sharing.cc) */
+         * close it when its own endpoint goes (iface/conn_table.h) */
         announce_bound();
     }
 }
@@ -77,11 +60,11 @@ Endpoint::~Endpoint()
     bool hand_over;
     {
         /* a shared connection the peer sends on outlives the endpoint
-         * (iface/sharing.cc) */
+         * (iface/conn_table.h) */
         iface::WireupGuard guard(*iface_);
         hand_over = conn_->shared() && (state() == State::Connected) &&
                     (conn_->state() == wireup::ConnState::Connected) && !conn_->qp_retired() &&
-                    conn_->peer_sends();
+                    iface_->conns().peer_sends(*conn_);
     }
     if (hand_over) {
         hand_over_connection();
@@ -98,31 +81,14 @@ Endpoint::~Endpoint()
         uct_invoke_completion(comp, UCS_ERR_CANCELED);
     }
     flushes_.clear();
-    if (bound_ && !hand_over) {
-        /* after the drain: the interface destroys the closed connection */
+    {
+        /* after the drain: the table destroys the connection, or keeps it
+         * while the peer sends on it */
         iface::WireupGuard guard(*iface_);
-        iface_->unbind_shared(conn_);
+        iface_->conns().release(*conn_);
+        conn_ = nullptr;
     }
-    /* own_ is destroyed after this body, still before the base class */
     UCS_CLASS_CLEANUP(uct_base_ep_t, &handle_.super);
-}
-
-bool Endpoint::crosses(const wireup::ListenerKey &key, uint32_t pair_sn) const
-{
-    return !bound_ && !destroying_ && (own_ != nullptr) && (own_->pair_sn() == pair_sn) &&
-           own_->attempting() && (wireup::listener_key(dst_) == key);
-}
-
-void Endpoint::take_accepted(wireup::Connection *conn)
-{
-    /* the data path never saw the attempt's QP (the endpoint is still
-     * connecting), so it goes at once with its cm_id */
-    ucs_debug("xqp: ep %p to %s: the peer connects to us at the same time: using its "
-              "connection", this, iface::to_string(dst_).c_str());
-    own_.reset();
-    conn_          = conn;
-    bound_         = true;
-    announce_owed_ = true; /* dispatch() sends it once connected */
 }
 
 void Endpoint::close_connection()
@@ -170,13 +136,6 @@ void Endpoint::hand_over_connection()
         post_notice(iface::kReleaseImm);
     }
     iface_->drain(this);
-    iface::WireupGuard guard(*iface_);
-    if (bound_) {
-        iface_->unbind_shared(conn_);
-    } else {
-        iface_->adopt(std::move(own_));
-    }
-    conn_ = nullptr;
 }
 
 Endpoint *Endpoint::from(uct_ep_h ep)
@@ -241,6 +200,16 @@ void Endpoint::inject_failure(ucs_status_t status, unsigned hold_us)
     if (!destroying_) {
         conn_->inject_failure(status, "failure injected (test hook)", hold_us);
     }
+}
+
+void Endpoint::on_moved(wireup::Connection &conn)
+{
+    /* the data path never saw the attempt's QP (the endpoint is still
+     * connecting): the table destroyed it with its cm_id */
+    ucs_debug("xqp: ep %p to %s: the peer connects to us at the same time: using its "
+              "connection", this, iface::to_string(dst_).c_str());
+    conn_          = &conn;
+    announce_owed_ = true; /* dispatch() sends it once connected */
 }
 
 void Endpoint::on_log(wireup::Connection &, const std::string &line)

@@ -29,7 +29,7 @@ struct Config {
     unsigned           rx_queue_len;
     size_t             seg_size;
     size_t             max_inline;
-    int                share;         /* connection sharing (iface/sharing.cc) */
+    int                share;         /* connection sharing (iface/conn_table.h) */
 };
 
 extern ucs_config_field_t config_table[];

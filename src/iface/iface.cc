@@ -444,6 +444,7 @@ void Iface::open_listener(const std::string &device, unsigned port, const Config
         reinterpret_cast<sockaddr_in6 *>(&listen_addr_)->sin6_port = listen_port;
     }
     wireup_config_.listener = wireup::listener_key(listen_addr_); /* what hellos carry */
+    conns_ = std::make_unique<ConnTable>(*cm_, ece_provider_, wireup_config_, resource_name_);
 }
 
 /* the UCT base interface, then the async handler of rdma_cm events (the
@@ -482,11 +483,11 @@ Iface::~Iface()
     }
     {
         WireupGuard guard(*this);
-        passive_.clear();
+        conns_->clear();
     }
     listener_.reset();
     uct_base_iface_progress_disable(handle(), UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
-    /* every QP using the SRQ is gone with the passive connections and eps;
+    /* every QP using the SRQ is gone with the connections and eps;
      * the SRQ, pools and CQs go with the members */
     UCS_CLASS_CLEANUP(uct_base_iface_t, &handle_.super);
 }

@@ -29,7 +29,7 @@
 #include "compat/ucx.h"
 #include "iface/buffers.h"
 #include "iface/config.h"
-#include "iface/passive_log.h"
+#include "iface/conn_table.h"
 #include "md/md.h"
 #include "wireup/cm_ops.h"
 #include "wireup/connection.h"
@@ -37,8 +37,6 @@
 #include <xqp/xqp.h>
 
 #include <algorithm>
-#include <list>
-#include <map>
 #include <memory>
 #include <atomic>
 #include <mutex>
@@ -51,7 +49,7 @@ class Endpoint;
 
 namespace xqp::iface {
 
-/* The immediate data of sharing's two notices (sharing.cc), outside the
+/* The immediate data of sharing's two notices (conn_table.h), outside the
  * AM ids (< 32): "this side no longer sends on the shared connection"
  * (release) and "this side sends on the connection you opened" (bound). */
 constexpr uint32_t kReleaseImm = 0x58510001u;
@@ -83,7 +81,7 @@ struct TxOp {
     TxOp                 *next_free = nullptr;
 };
 
-class Iface final : public wireup::ConnectionOwner {
+class Iface final {
 public:
     struct Handle {
         uct_base_iface_t super;
@@ -92,7 +90,7 @@ public:
 
     Iface(md::MemoryDomain *md, uct_worker_h worker, const uct_iface_params_t *params,
           const Config &config);
-    ~Iface() override;
+    ~Iface();
     Iface(const Iface &) = delete;
     Iface &operator=(const Iface &) = delete;
 
@@ -220,36 +218,18 @@ public:
     wireup::EceProvider &ece_provider() { return ece_provider_; }
     uint32_t next_conn_id() { return ++conn_seq_; }
 
-    /* connection sharing (sharing.cc; all with the wireup lock held but
-     * on_peer_notice, which takes it) */
-    bool sharing() const { return wireup_config_.share; }
-    /* the next endpoint number toward the interface at key */
-    uint32_t next_pair_sn(const wireup::ListenerKey &key);
-    /* a connection accepted from key for the endpoint numbered pair_sn,
-     * which it binds to ep; nullptr when there is none */
-    wireup::Connection *bind_shared(ep::Endpoint *ep, const wireup::ListenerKey &key,
-                                    uint32_t pair_sn);
-    /* ep stopped using the connection bind_shared gave it (its requests
-     * are complete); closed when the peer does not send on it either */
-    void unbind_shared(wireup::Connection *conn);
-    /* an endpoint's own connection that the peer still uses outlives the
-     * endpoint: the interface keeps it until the peer releases it */
-    void adopt(std::unique_ptr<wireup::Connection> conn);
+    /* every connection of the interface, and their sharing (conn_table.h;
+     * wireup lock held) */
+    ConnTable &conns() { return *conns_; }
     /* a notice (kBoundImm: sends true; kReleaseImm: false) came on the QP
-     * numbered qp_num (main thread) */
+     * numbered qp_num (main thread; takes the wireup lock) */
     void on_peer_notice(uint32_t qp_num, bool sends);
 
     /* introspection (include/xqp/xqp.h) */
     int passive_count() const;
     /* the connections held now (wireup lock held) */
-    int connection_count() const { return static_cast<int>(passive_.size()); }
+    int connection_count() const { return static_cast<int>(conns_->held()); }
     int passive_info(unsigned index, xqp_wireup_info_t *info) const;
-
-    /* wireup::ConnectionOwner, for passive connections */
-    void on_established(wireup::Connection &conn) override;
-    void on_failed(wireup::Connection &conn) override;
-    void on_closed(wireup::Connection &conn) override;
-    void on_log(wireup::Connection &conn, const std::string &line) override;
 
 private:
     friend class WireupGuard;
@@ -297,19 +277,6 @@ private:
     UCS_F_NOINLINE unsigned handle_recv_completions(const ibv_wc *wcs, int n);
     UCS_F_NOINLINE unsigned handle_send_completions(const ibv_wc *wcs, int n);
     unsigned progress_ready();
-    void record_passive(wireup::Connection &conn);
-    /* the held connection's entry; nullptr when conn is not held */
-    struct Held;
-    Held *held_of(const wireup::Connection *conn);
-    /* the endpoint that sends on held connection conn; nullptr when none */
-    ep::Endpoint *user_of(const wireup::Connection &conn);
-    /* destroys the held connections that ended and that no endpoint uses */
-    void reap_held();
-    /* a CONNECT_REQUEST (wireup lock held) */
-    void on_connect_request(const wireup::CmEvent &event);
-    /* sharing: the endpoint whose own attempt crosses the request hello
-     * (both sides connect to each other at once); nullptr when none */
-    ep::Endpoint *crossing_ep(const wireup::Hello &hello) const;
     /* RDMA_CM_EVENT_DEVICE_REMOVAL on the listener (wireup lock held) */
     void on_device_removal();
 
@@ -394,21 +361,9 @@ private:
     int                 timer_id_      = -1; /* wireup lock; -1: not armed */
     uint32_t            conn_seq_      = 0;
 
-    /* The connections the interface holds: the ones it accepted, and, with
-     * sharing, endpoints' own ones that outlived them (adopt). An endpoint
-     * may send on an accepted one (user); it is then destroyed only after
-     * that endpoint unbinds. */
-    struct Held {
-        std::unique_ptr<wireup::Connection> conn;
-        ep::Endpoint *user     = nullptr;
-        bool          released = false; /* a local endpoint used it and stopped */
-    };
-    std::list<Held>                                passive_;
-    /* endpoints created toward each peer interface (sharing pair numbers) */
-    std::map<wireup::ListenerKey, uint32_t>        pair_seq_;
-    /* what the last kPassiveRecords connect requests became */
-    static constexpr size_t kPassiveRecords = 4096;
-    PassiveLog passive_log_{kPassiveRecords};
+    /* every connection: endpoints' own ones and the accepted ones
+     * (wireup lock held) */
+    std::unique_ptr<ConnTable> conns_;
 };
 
 
@@ -449,9 +404,6 @@ private:
     const Iface         &iface_;
     ucs_async_context_t *blocked_;
 };
-
-/* Fills an introspection record from a connection. */
-void fill_wireup_info(const wireup::Connection &conn, xqp_wireup_info_t *info);
 
 /* The transport definition registered with the component. */
 extern uct_tl_t tl;

@@ -160,4 +160,10 @@ void Iface::handle_recv_completion(const ibv_wc &wc)
     replace_kept_rx();
 }
 
+void Iface::on_peer_notice(uint32_t qp_num, bool sends)
+{
+    WireupGuard guard(*this);
+    conns_->on_notice(qp_num, sends);
+}
+
 } // namespace xqp::iface

@@ -339,8 +339,7 @@ void Connection::established()
 void Connection::accept_request(const CmEvent &request, const std::optional<Hello> &hello,
                                 const std::string &why)
 {
-    active_     = false;
-    peer_sends_ = true; /* the peer's endpoint opened it */
+    active_   = false;
     attempts_   = 1;
     state_    = ConnState::Accepting;
     id_       = request.id;

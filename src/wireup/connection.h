@@ -60,7 +60,7 @@ struct WireupConfig {
     uint32_t  max_am_size = 1;
     uint8_t   responder_resources = 1;
     uint8_t   initiator_depth     = 1;
-    /* connection sharing (iface/sharing.cc): hellos are version 2 and say
+    /* connection sharing (iface/conn_table.h): hellos are version 2 and say
      * so, with the interface's listener as the peers know it */
     bool        share    = false;
     ListenerKey listener = {};
@@ -115,9 +115,6 @@ public:
      * transports do; should that fail, the attempt goes through rdma_cm to
      * the listener like any other. */
     void connect(const sockaddr_storage &dst, uint32_t pair_sn = 0, bool self = false);
-
-    /* another owner takes the connection over (wireup lock held) */
-    void set_owner(ConnectionOwner &owner) { owner_ = &owner; }
 
     /* passive side: take over the new cm_id of a CONNECT_REQUEST, whose
      * private data the interface decoded (hello; why: the decoder's reason
@@ -175,14 +172,8 @@ public:
     /* an endpoint's connection to its own interface: one QP, no CM peer */
     bool               loopback() const { return self_; }
     /* both sides share connections: the peer may send on this one too, and
-     * says when it stops using it (iface/sharing.cc) */
+     * says when it stops using it (iface/conn_table.h) */
     bool               shared() const { return config_.share && peer_hello_.share; }
-    /* sharing: the peer sends on this connection, as far as this side
-     * knows. An accepted one: yes, the peer's endpoint opened it. Our own:
-     * not until the peer says it bound an endpoint to it (a bound notice);
-     * a release notice clears it (iface/sharing.cc) */
-    bool               peer_sends() const { return peer_sends_; }
-    void               set_peer_sends(bool sends) { peer_sends_ = sends; }
     /* the sharing pair number: the active side's, echoed by the passive */
     uint32_t           pair_sn() const { return pair_sn_; }
     ibv_qp            *qp() const { return qp_; }
@@ -220,7 +211,6 @@ private:
     EceNegotiator      ece_;
     bool               active_ = true;
     bool               self_   = false; /* loopback: the QP connects to itself */
-    bool               peer_sends_ = false;
     uint32_t           conn_id_;
     uint32_t           pair_sn_ = 0;
     ConnState          state_ = ConnState::Idle;

@@ -22,7 +22,7 @@
  * private data of rdma_reject, version 2 only).
  *
  * Version 2 is sent when the sender shares connections (UCX_XQP_SHARE,
- * iface/sharing.cc); it keeps version 1's fields and appends who the sender
+ * iface/conn_table.h); it keeps version 1's fields and appends who the sender
  * is, so that the receiver can match the connection to its own endpoint
  * toward the sender:
  *
@@ -84,7 +84,7 @@ std::string to_string(const ListenerKey &key);
 struct Hello {
     /* Yield (version 2 only): a reject's private data, when both sides
      * connected to each other at once and the sender's connection is the
-     * one to keep (iface/sharing.cc) */
+     * one to keep (iface/conn_table.h) */
     enum class Kind : uint8_t { Request = 1, Reply = 2, Yield = 3 };
     Kind     kind        = Kind::Request;
     uint32_t conn_id     = 0; /* active side's connection number; the passive side echoes it */

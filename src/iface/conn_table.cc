@@ -1,0 +1,277 @@
+/* xqp - every connection of an interface, in one table (conn_table.h) */
+#include "iface/conn_table.h"
+
+#include <ucs/debug/log.h>
+#include <ucs/sys/string.h>
+
+#include <cstring>
+
+namespace xqp::iface {
+
+ConnTable::ConnTable(wireup::CmOps &cm, wireup::EceProvider &ece_provider,
+                     const wireup::WireupConfig &config, std::string name)
+    : cm_(cm), ece_provider_(ece_provider), config_(config), name_(std::move(name))
+{
+}
+
+ConnTable::~ConnTable()
+{
+    clear();
+}
+
+wireup::Connection &ConnTable::open(ConnUser &user, const sockaddr_storage &dst, uint32_t conn_id)
+{
+    const wireup::ListenerKey peer = wireup::listener_key(dst);
+    /* an endpoint to its own interface connects its QP to itself */
+    const bool self                = (peer == config_.listener);
+    uint32_t pair_sn               = 0;
+    if (config_.share && !self) {
+        pair_sn = ++pair_seq_[peer];
+        const auto it = unmatched_.find({peer, pair_sn});
+        if (it != unmatched_.end()) {
+            Entry &entry     = *it->second;
+            const auto state = entry.conn->state();
+            unmatched_.erase(it);
+            if (entry.peer_sends && ((state == wireup::ConnState::Accepting) ||
+                                     (state == wireup::ConnState::Connected))) {
+                entry.sender = &user;
+                ucs_debug("xqp: %s: an endpoint shares the connection accepted from %s (pair %u)",
+                          name_.c_str(), wireup::to_string(peer).c_str(), pair_sn);
+                return *entry.conn;
+            }
+        }
+    }
+    entries_.push_back(Entry{std::make_unique<wireup::Connection>(cm_, ece_provider_, config_,
+                                                                  *this, conn_id),
+                             {peer, pair_sn}, &user, false});
+    wireup::Connection &conn = *entries_.back().conn;
+    conn.connect(dst, pair_sn, self);
+    return conn;
+}
+
+ConnTable::Entry *ConnTable::crossing(const wireup::Hello &hello)
+{
+    const MatchKey key{hello.listener, hello.pair_sn};
+    for (auto &entry : entries_) {
+        if ((entry.key == key) && (entry.sender != nullptr) && entry.conn->active() &&
+            entry.conn->attempting()) {
+            return &entry;
+        }
+    }
+    return nullptr;
+}
+
+void ConnTable::accept(const wireup::CmEvent &event)
+{
+    /* decoded once: the matching here, the connection's accept below */
+    std::string why;
+    const auto hello = wireup::decode(event.private_data.data(), event.private_data.size(), &why);
+    const bool shared = config_.share && hello && (hello->kind == wireup::Hello::Kind::Request) &&
+                        hello->share && hello->listener.known() && (hello->pair_sn != 0) &&
+                        (hello->listener != config_.listener);
+    Entry *ours = shared ? crossing(*hello) : nullptr;
+    if ((ours != nullptr) && (config_.listener < hello->listener)) {
+        /* both sides connect at once, and ours is kept: the peer's
+         * endpoint waits for it */
+        ucs_debug("xqp: %s: both sides connect (pair %u with %s): keeping ours", name_.c_str(),
+                  hello->pair_sn, wireup::to_string(hello->listener).c_str());
+        const int err = wireup::yield_request(cm_, config_, event, *hello);
+        if (err != 0) {
+            ucs_debug("xqp: %s: rdma_reject: %s", name_.c_str(), strerror(err));
+        }
+        return;
+    }
+    const MatchKey key = shared ? MatchKey{hello->listener, hello->pair_sn} : MatchKey{};
+    entries_.push_back(Entry{std::make_unique<wireup::Connection>(cm_, ece_provider_, config_,
+                                                                  *this, 0),
+                             key, nullptr, true /* the peer's endpoint opened it */});
+    Entry &entry = entries_.back();
+    log_.add(entry.conn.get());
+    if (ours != nullptr) {
+        /* the peer's is kept: our endpoint drops its own attempt (the data
+         * path never saw its QP) and sends on this one */
+        ucs_debug("xqp: %s: both sides connect (pair %u with %s): using the peer's",
+                  name_.c_str(), hello->pair_sn, wireup::to_string(hello->listener).c_str());
+        entry.sender = ours->sender;
+        ours->conn->close();
+        entries_.remove_if([ours](const Entry &e) { return &e == ours; });
+        entry.sender->on_moved(*entry.conn);
+    } else if (shared) {
+        Entry *&slot = unmatched_[key];
+        slot         = &entry; /* a retried request replaces the one before */
+    }
+    entry.conn->accept_request(event, hello, why);
+    record(*entry.conn);
+}
+
+void ConnTable::on_event(wireup::Connection &conn, const wireup::CmEvent &event)
+{
+    conn.on_event(event);
+    if (!conn.active()) {
+        record(conn);
+    }
+}
+
+void ConnTable::release(wireup::Connection &conn)
+{
+    Entry *entry = find(conn);
+    if (entry == nullptr) {
+        return;
+    }
+    entry->sender = nullptr;
+    if (!entry->peer_sends) {
+        entry->conn->close(); /* neither side sends on it */
+    }
+    reap();
+}
+
+bool ConnTable::peer_sends(const wireup::Connection &conn) const
+{
+    const Entry *entry = find(conn);
+    return (entry != nullptr) && entry->peer_sends;
+}
+
+void ConnTable::on_notice(uint32_t qp_num, bool sends)
+{
+    for (auto &entry : entries_) {
+        const ibv_qp *qp = entry.conn->qp();
+        if ((qp == nullptr) || (qp->qp_num != qp_num)) {
+            continue;
+        }
+        entry.peer_sends = sends;
+        if (!sends && (entry.sender == nullptr)) {
+            entry.conn->close(); /* neither side sends on it */
+            reap();
+        }
+        return;
+    }
+    ucs_debug("xqp: %s: %s notice on qp 0x%x, which no connection has", name_.c_str(),
+              sends ? "bound" : "release", qp_num);
+}
+
+void ConnTable::reap()
+{
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        const auto state = it->conn->state();
+        if ((it->sender == nullptr) &&
+            ((state == wireup::ConnState::Failed) || (state == wireup::ConnState::Closed))) {
+            unindex(*it);
+            log_.forget(it->conn.get());
+            it = entries_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+void ConnTable::clear()
+{
+    unmatched_.clear();
+    entries_.clear();
+}
+
+size_t ConnTable::held() const
+{
+    size_t n = 0;
+    for (const auto &entry : entries_) {
+        n += (!entry.conn->active() || (entry.sender == nullptr)) ? 1 : 0;
+    }
+    return n;
+}
+
+void ConnTable::unindex(Entry &entry)
+{
+    const auto it = unmatched_.find(entry.key);
+    if ((it != unmatched_.end()) && (it->second == &entry)) {
+        unmatched_.erase(it);
+    }
+}
+
+ConnTable::Entry *ConnTable::find(const wireup::Connection &conn)
+{
+    for (auto &entry : entries_) {
+        if (entry.conn.get() == &conn) {
+            return &entry;
+        }
+    }
+    return nullptr;
+}
+
+const ConnTable::Entry *ConnTable::find(const wireup::Connection &conn) const
+{
+    return const_cast<ConnTable *>(this)->find(conn);
+}
+
+void ConnTable::record(wireup::Connection &conn)
+{
+    if (xqp_wireup_info_t *info = log_.find(&conn)) {
+        const uint32_t qp_num = info->qp_num;
+        fill_wireup_info(conn, info);
+        if (info->qp_num == 0) {
+            info->qp_num = qp_num; /* keep it after teardown */
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ owner */
+
+void ConnTable::on_established(wireup::Connection &conn)
+{
+    record(conn);
+    const Entry *entry = find(conn);
+    if ((entry != nullptr) && (entry->sender != nullptr)) {
+        entry->sender->on_established(conn);
+    }
+}
+
+void ConnTable::on_failed(wireup::Connection &conn)
+{
+    record(conn);
+    const Entry *entry = find(conn);
+    if ((entry != nullptr) && (entry->sender != nullptr)) {
+        entry->sender->on_failed(conn);
+    } else {
+        ucs_debug("xqp: %s: %s connection failed: %s", name_.c_str(),
+                  conn.active() ? "released" : "passive", conn.error().c_str());
+    }
+}
+
+void ConnTable::on_closed(wireup::Connection &conn)
+{
+    record(conn);
+    const Entry *entry = find(conn);
+    if ((entry != nullptr) && (entry->sender != nullptr)) {
+        entry->sender->on_closed(conn);
+    }
+}
+
+void ConnTable::on_log(wireup::Connection &conn, const std::string &line)
+{
+    const Entry *entry = find(conn);
+    if ((entry != nullptr) && (entry->sender != nullptr)) {
+        entry->sender->on_log(conn, line);
+    } else {
+        ucs_debug("xqp: %s: %s", name_.c_str(), line.c_str());
+    }
+}
+
+void fill_wireup_info(const wireup::Connection &conn, xqp_wireup_info_t *info)
+{
+    std::memset(info, 0, sizeof(*info));
+    static_assert(int(wireup::ConnState::Closed) == XQP_CONN_CLOSED, "states match");
+    static_assert(int(wireup::ConnState::Awaiting) == XQP_CONN_AWAITING, "states match");
+    info->state         = static_cast<int>(conn.state());
+    info->attempts      = conn.attempts();
+    info->status        = conn.status();
+    info->reject_reason = conn.reject_reason();
+    const auto &ece     = conn.ece_result();
+    info->ece_sent      = {ece.sent.vendor_id, ece.sent.options};
+    info->ece_received  = {ece.received.vendor_id, ece.received.options};
+    info->ece_agreed    = {ece.agreed.vendor_id, ece.agreed.options};
+    info->ece_applied   = ece.applied;
+    info->ece_set_err   = ece.set_err;
+    info->qp_num        = (conn.qp() != nullptr) ? conn.qp()->qp_num : 0;
+    ucs_strncpy_zero(info->error, conn.error().c_str(), sizeof(info->error));
+}
+
+} // namespace xqp::iface
