@@ -194,6 +194,14 @@ ucs_status_t Endpoint::pending_add(uct_pending_req_t *req, unsigned)
         return UCS_OK;
     }
     if (state() == State::Failed) {
+        if (!error_reported_) {
+            /* the failure is not reported yet: taken as on a live endpoint
+             * (UCX's peer failure tests), for the error handler, which
+             * runs next in progress, to purge */
+            ucs_queue_push(&pending_, pending_elem(req));
+            update_queued();
+            return UCS_OK;
+        }
         /* the caller retries and sees the operation's own status */
         return UCS_ERR_BUSY;
     }

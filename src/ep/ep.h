@@ -224,6 +224,9 @@ private:
      * (shared, and the peer may still send on it) it outlives it */
     void close_connection();
     void hand_over_connection();
+    /* the requests in flight complete (or are flushed), so that reaping
+     * returns the resources they hold */
+    bool reaps_resources() const;
     /* sharing's notices to the peer (iface/conn_table.h), signaled: imm is
      * iface::kBoundImm or iface::kReleaseImm */
     ucs_status_t post_notice(uint32_t imm);

@@ -93,12 +93,16 @@ Endpoint::~Endpoint()
 
 void Endpoint::close_connection()
 {
-    if ((unsignaled() > 0) && (outstanding() > 0) && (state() == State::Connected) &&
-        !has_tx_resources()) {
+    if ((unsignaled() > 0) && (outstanding() > 0) && !has_tx_resources() && reaps_resources()) {
         /* the marker below needs a send queue slot, a TxOp and a credit:
          * signaled requests in flight (this endpoint's, or near the
-         * interface's bound anybody's) return them */
-        iface_->reap_until([this] { return has_tx_resources() || (state() != State::Connected); });
+         * interface's bound anybody's) return them, completed or, on a
+         * failed connection's QP, flushed */
+        const bool failed = (state() == State::Failed);
+        iface_->reap_until([this, failed] {
+            return has_tx_resources() || (outstanding() == 0) ||
+                   (!failed && (state() != State::Connected));
+        });
     }
     {
         iface::WireupGuard guard(*iface_);
@@ -118,6 +122,22 @@ void Endpoint::close_connection()
         }
     }
     iface_->drain(this);
+}
+
+bool Endpoint::reaps_resources() const
+{
+    switch (state()) {
+    case State::Connected:
+        return true;
+    case State::Failed: {
+        /* the peer went first, or the connection failed: its QP flushes
+         * every request, unless the device is gone */
+        iface::WireupGuard guard(*iface_);
+        return qp_completes();
+    }
+    default:
+        return false;
+    }
 }
 
 void Endpoint::hand_over_connection()

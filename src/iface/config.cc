@@ -76,6 +76,15 @@ ucs_config_field_t config_table[] = {
      "keeps in flight on all its connections together.",
      ucs_offsetof(Config, rx_queue_len), UCS_CONFIG_TYPE_UINT},
 
+    {"RX_MAX_BUFS", "-1",
+     "The most receive buffers the interface has, -1 for no limit (as UCX's IB\n"
+     "transports). When the application keeps received descriptors, the\n"
+     "interface adds buffers to keep RX_QUEUE_LEN posted, up to this many; at\n"
+     "the limit senders wait (receiver-not-ready retries, then no resource)\n"
+     "until descriptors are released, and no message is lost. At least\n"
+     "RX_QUEUE_LEN.",
+     ucs_offsetof(Config, rx_max_bufs), UCS_CONFIG_TYPE_INT},
+
     {"SEG_SIZE", "8k",
      "Size of a bounce/receive buffer: the largest active message, and the\n"
      "largest buffered put/get.",

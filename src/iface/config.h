@@ -27,6 +27,7 @@ struct Config {
     unsigned           connect_retries;
     unsigned           tx_queue_len;
     unsigned           rx_queue_len;
+    int                rx_max_bufs;   /* -1: unlimited */
     size_t             seg_size;
     size_t             max_inline;
     int                share;         /* connection sharing (iface/conn_table.h) */

@@ -315,9 +315,12 @@ private:
     std::unique_ptr<BufferPool> rx_pool_;
     /* receive buffers in the shared receive queue (main thread): kept at
      * rx_queue_len_ while the application keeps descriptors, the pool
-     * growing as needed, as UCX's receive pools do */
+     * growing as needed up to rx_max_bufs_, as UCX's receive pools do */
     size_t              rx_posted_    = 0;
     size_t              rx_queue_len_ = 0;
+    /* UCX_XQP_RX_MAX_BUFS: the pool grows no further (SIZE_MAX: no limit);
+     * the queue then holds fewer while descriptors are kept */
+    size_t              rx_max_bufs_  = SIZE_MAX;
     /* buffers to post, gathered so that one ibv_post_srq_recv posts
      * rx_batch_len_ of them (the queue holds at least rx_queue_len_ -
      * rx_batch_len_ + 1 meanwhile); one post per message cost more than the

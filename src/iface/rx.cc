@@ -53,7 +53,10 @@ void Iface::post_rx(uint8_t *buf)
         return;
     }
     rx_batch_[rx_batched_++] = buf;
-    if (rx_batched_ >= rx_batch_len_) {
+    /* a queue that runs low (kept descriptors at UCX_XQP_RX_MAX_BUFS) gets
+     * each buffer at once: a sender that waits on receiver-not-ready must
+     * not wait for a batch to fill */
+    if ((rx_batched_ >= rx_batch_len_) || ucs_unlikely(rx_posted_ < rx_batch_len_)) {
         post_rx_batch();
     }
 }
@@ -99,8 +102,14 @@ void Iface::post_rx_batch()
 void Iface::replace_kept_rx()
 {
     uint8_t *buf = rx_pool_->get();
-    if ((buf == nullptr) && rx_pool_->grow(std::max<size_t>(64, rx_queue_len_ / 4))) {
-        buf = rx_pool_->get();
+    if (buf == nullptr) {
+        /* at UCX_XQP_RX_MAX_BUFS the queue holds one fewer until the
+         * descriptor comes back */
+        const size_t room = rx_max_bufs_ - std::min(rx_max_bufs_, rx_pool_->count());
+        const size_t more = std::min(room, std::max<size_t>(64, rx_queue_len_ / 4));
+        if ((more > 0) && rx_pool_->grow(more)) {
+            buf = rx_pool_->get();
+        }
     }
     if (buf != nullptr) {
         post_rx(buf);

@@ -536,6 +536,54 @@ TEST_F(Datapath, KeptDescriptorsAreReplacedAndReposted)
     uct_iface_close(small);
 }
 
+TEST_F(Datapath, KeptDescriptorsStopAtRxMaxBufs)
+{
+    /* UCX_XQP_RX_MAX_BUFS bounds the receive buffers: with every
+     * descriptor kept, 2x the limit sent, the receiver gets the limit's
+     * worth, then the senders wait (receiver-not-ready); once the
+     * descriptors are released the rest arrives, byte-exact and in order
+     * (before the limit existed, all of them arrived into a growing pool) */
+    constexpr size_t kMax = 32;
+    uct_iface_h small = nullptr;
+    ASSERT_EQ(UCS_OK, b_->open_iface_with(kRxHeadroom, {{"RX_QUEUE_LEN", "16"},
+                                                        {"RX_MAX_BUFS", std::to_string(kMax)}},
+                                          &small));
+    AmSink sink;
+    ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(small, kAmId, am_handler, &sink, UCT_CB_FLAG_ASYNC));
+    uct_ep_h ep2 = nullptr;
+    const ucs_status_t connected = b_->connect(b_->sender, small, &ep2);
+    EXPECT_EQ(UCS_OK, connected);
+
+    if (connected == UCS_OK) {
+        sink.keep_all = true;
+        for (size_t k = 0; k < 2 * kMax; ++k) {
+            const std::vector<uint8_t> msg = make_pattern(48, k);
+            PackArg pack{msg.data(), msg.size()};
+            EXPECT_EQ(48, b_->post([&]() -> ssize_t {
+                return uct_ep_am_bcopy(ep2, kAmId, pack_cb, &pack, 0);
+            }));
+        }
+        EXPECT_TRUE(b_->wait_for([&] { return sink.msgs.size() >= kMax; }))
+                << sink.msgs.size() << " of " << kMax << " with every descriptor kept";
+        b_->spin(1.0); /* time for more to arrive, were the pool to grow */
+        EXPECT_EQ(kMax, sink.msgs.size()) << "more buffers than UCX_XQP_RX_MAX_BUFS";
+        EXPECT_EQ(kMax, sink.held.size());
+
+        sink.keep_all = false;
+        release_held(sink);
+        EXPECT_TRUE(b_->wait_for([&] { return sink.msgs.size() >= 2 * kMax; }))
+                << sink.msgs.size() << " of " << 2 * kMax << " after the release";
+        EXPECT_EQ(UCS_OK, b_->flush(ep2));
+        ASSERT_EQ(2 * kMax, sink.msgs.size());
+        for (size_t k = 0; k < 2 * kMax; ++k) {
+            EXPECT_EQ(make_pattern(48, k), sink.msgs[k]) << "message " << k;
+        }
+        uct_ep_destroy(ep2);
+    }
+    release_held(sink);
+    uct_iface_close(small);
+}
+
 /* ------------------------------------------------------------------ atomics */
 
 class Atomics : public Datapath {
@@ -1182,6 +1230,61 @@ protected:
                 },
                 nullptr, UCT_CB_FLAG_ASYNC);
     }
+
+    /* tx (64 requests in flight at most, one in 16 signaled) connects to
+     * rx twice: quiet sends 5 messages, unsignaled; busy then takes every
+     * credit left (flood messages), with no progress; then, still without
+     * progress, the wire completes quiet's five, unreported */
+    void starve_quiet(uct_iface_h *tx, uct_iface_h *rx, uct_ep_h *quiet, uct_ep_h *busy,
+                      size_t *flood)
+    {
+        ASSERT_EQ(UCS_OK, b_->open_iface_with(0, {{"RX_QUEUE_LEN", "64"}}, tx));
+        ASSERT_EQ(UCS_OK, b_->open_iface(kRxHeadroom, nullptr, rx));
+        ASSERT_EQ(UCS_OK, count_ams(*rx));
+        ASSERT_EQ(UCS_OK, b_->connect(*tx, *rx, quiet));
+        ASSERT_EQ(UCS_OK, b_->connect(*tx, *rx, busy));
+        const uint64_t payload = 0x1122334455667788ull;
+        for (int i = 0; i < 5; ++i) { /* unsignaled: fewer than 16 */
+            ASSERT_EQ(UCS_OK, uct_ep_am_short(*quiet, kAmId, i, &payload, sizeof(payload)));
+        }
+        ucs_status_t st;
+        *flood = 0;
+        while (((st = uct_ep_am_short(*busy, kAmId, *flood, &payload, sizeof(payload))) ==
+                UCS_OK) &&
+               (*flood < 1000)) {
+            ++*flood;
+        }
+        ASSERT_EQ(UCS_ERR_NO_RESOURCE, st) << "after " << *flood << " messages";
+        ASSERT_EQ(UCS_ERR_NO_RESOURCE,
+                  uct_ep_am_short(*quiet, kAmId, 0, &payload, sizeof(payload)))
+                << "the quiet endpoint still has resources: the test tests nothing";
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+
+    /* uct_ep_destroy(e): how long it took; a warning it logged fails the test */
+    static double destroy_timed(uct_ep_h e)
+    {
+        static std::vector<std::string> warnings;
+        warnings.clear();
+        ucs_log_push_handler([](const char *, unsigned, const char *, ucs_log_level_t level,
+                                const ucs_log_component_config_t *, const char *message,
+                                va_list ap) -> ucs_log_func_rc_t {
+            if (level <= UCS_LOG_LEVEL_WARN) {
+                char buf[512];
+                vsnprintf(buf, sizeof(buf), message, ap);
+                warnings.emplace_back(buf);
+            }
+            return UCS_LOG_FUNC_RC_CONTINUE;
+        });
+        const auto start = Clock::now();
+        uct_ep_destroy(e);
+        const double took = std::chrono::duration<double>(Clock::now() - start).count();
+        ucs_log_pop_handler();
+        for (const auto &w : warnings) {
+            ADD_FAILURE() << "logged while destroying: " << w;
+        }
+        return took;
+    }
 };
 
 TEST_F(Pending, BusyWhileResourcesAreFree)
@@ -1296,6 +1399,43 @@ TEST_F(Pending, PurgeReturnsQueuedRequestsUnrun)
  * has been sent yet no completion would ever wake it. The interface is idle
  * and armed before the endpoint is created, so the connection cannot come up
  * before the sleep. */
+TEST_F(Pending, AFailedEndpointQueuesRequestsForItsErrorHandlerToPurge)
+{
+    /* UCX's test_uct_peer_failure.purge_failed_peer: after the peer
+     * failed, until the error handler has run, pending_add takes requests
+     * (as on an endpoint that has not seen the failure yet; before, it was
+     * busy, and the test skipped), none of them runs, and the purge in or
+     * after the handler returns each; after the handler it is busy */
+    uct_iface_h gone = nullptr;
+    ASSERT_EQ(UCS_OK, b_->open_iface(kRxHeadroom, nullptr, &gone));
+    uct_ep_h e = nullptr;
+    ASSERT_EQ(UCS_OK, b_->connect(b_->sender, gone, &e));
+    uct_iface_close(gone); /* disconnects its side */
+    const auto deadline = Clock::now() + std::chrono::duration<double>(kTimeout);
+    while ((wireup_state(e) == XQP_CONN_CONNECTED) && (Clock::now() < deadline)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1)); /* no progress */
+    }
+    ASSERT_NE(XQP_CONN_CONNECTED, wireup_state(e)) << "the disconnect never arrived";
+    ASSERT_EQ(errors_at_start_, b_->ep_errors.size()) << "the handler runs from progress";
+    PendingOp ops[3];
+    for (auto &op : ops) {
+        op.req.func = pending_run;
+        op.ep       = e;
+    }
+    EXPECT_EQ(UCS_OK, uct_ep_pending_add(e, &ops[0].req, 0)) << "before the handler ran";
+    EXPECT_EQ(UCS_OK, uct_ep_pending_add(e, &ops[1].req, 0)) << "before the handler ran";
+    ASSERT_TRUE(b_->wait_for([&] { return b_->ep_errors.size() > errors_at_start_; }));
+    EXPECT_EQ(UCS_ERR_ENDPOINT_TIMEOUT, b_->ep_errors.back().second);
+    int purged = 0;
+    uct_ep_pending_purge(
+            e, [](uct_pending_req_t *, void *arg) { ++*static_cast<int *>(arg); }, &purged);
+    EXPECT_EQ(2, purged);
+    EXPECT_EQ(0, ops[0].calls + ops[1].calls) << "a request of a failed endpoint ran";
+    EXPECT_EQ(UCS_ERR_BUSY, uct_ep_pending_add(e, &ops[2].req, 0)) << "after the handler ran";
+    uct_ep_destroy(e);
+    errors_at_start_ = b_->ep_errors.size(); /* that error was the point */
+}
+
 TEST_F(Pending, EventFdWakesTheSleeperWhenTheConnectionIsUp)
 {
     const unsigned events = UCT_EVENT_SEND_COMP | UCT_EVENT_RECV;
@@ -1464,59 +1604,52 @@ TEST_F(Pending, ManyEndpointsFloodingOneReceiverKeepMoving)
 TEST_F(Pending, DestroyWithoutCreditsStillReportsUnsignaledRequests)
 {
     uct_iface_h tx = nullptr, rx = nullptr;
-    /* 64 requests in flight at most, one in 16 signaled */
-    ASSERT_EQ(UCS_OK, b_->open_iface_with(0, {{"RX_QUEUE_LEN", "64"}}, &tx));
-    ASSERT_EQ(UCS_OK, b_->open_iface(kRxHeadroom, nullptr, &rx));
-    ASSERT_EQ(UCS_OK, count_ams(rx));
     uct_ep_h quiet = nullptr, busy = nullptr;
-    ASSERT_EQ(UCS_OK, b_->connect(tx, rx, &quiet));
-    ASSERT_EQ(UCS_OK, b_->connect(tx, rx, &busy));
-    const uint64_t payload = 0x1122334455667788ull;
-    for (int i = 0; i < 5; ++i) { /* unsignaled: fewer than 16 */
-        ASSERT_EQ(UCS_OK, uct_ep_am_short(quiet, kAmId, i, &payload, sizeof(payload)));
-    }
-    /* the other endpoint takes every credit left, with no progress between */
     size_t flood = 0;
-    ucs_status_t st;
-    while (((st = uct_ep_am_short(busy, kAmId, flood, &payload, sizeof(payload))) == UCS_OK) &&
-           (flood < 1000)) {
-        ++flood;
+    starve_quiet(&tx, &rx, &quiet, &busy, &flood);
+    if (!HasFatalFailure()) {
+        /* the drain without a marker gave up after 5 s */
+        EXPECT_LT(destroy_timed(quiet), 4.0)
+                << "the destroy waited for completions that never come";
+        EXPECT_TRUE(b_->wait_for([&] { return received_ == flood + 5; }))
+                << received_ << " of " << flood + 5 << " messages arrived";
+        EXPECT_EQ(UCS_OK, b_->flush(busy));
+        uct_ep_destroy(busy);
     }
-    ASSERT_EQ(UCS_ERR_NO_RESOURCE, st) << "after " << flood << " messages";
-    ASSERT_EQ(UCS_ERR_NO_RESOURCE, uct_ep_am_short(quiet, kAmId, 0, &payload, sizeof(payload)))
-            << "the quiet endpoint still has resources: the test tests nothing";
-    /* no progress here (it would reap the completions that return the
-     * credits): the wire completes the quiet endpoint's five requests,
-     * unsignaled, unreported */
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-
-    static std::vector<std::string> warnings;
-    warnings.clear();
-    ucs_log_push_handler([](const char *, unsigned, const char *, ucs_log_level_t level,
-                            const ucs_log_component_config_t *, const char *message,
-                            va_list ap) -> ucs_log_func_rc_t {
-        if (level <= UCS_LOG_LEVEL_WARN) {
-            char buf[512];
-            vsnprintf(buf, sizeof(buf), message, ap);
-            warnings.emplace_back(buf);
-        }
-        return UCS_LOG_FUNC_RC_CONTINUE;
-    });
-    const auto start = Clock::now();
-    uct_ep_destroy(quiet);
-    const double took = std::chrono::duration<double>(Clock::now() - start).count();
-    ucs_log_pop_handler();
-    for (const auto &w : warnings) {
-        ADD_FAILURE() << "logged while destroying: " << w;
-    }
-    /* the drain without a marker gave up after 5 s */
-    EXPECT_LT(took, 4.0) << "the destroy waited for completions that never come";
-    EXPECT_TRUE(b_->wait_for([&] { return received_ == flood + 5; }))
-            << received_ << " of " << flood + 5 << " messages arrived";
-    EXPECT_EQ(UCS_OK, b_->flush(busy));
-    uct_ep_destroy(busy);
     uct_iface_close(tx);
     uct_iface_close(rx);
+}
+
+TEST_F(Pending, DestroyAfterThePeerClosedReportsUnsignaledRequests)
+{
+    /* the same, but the peer closes first (UCX's
+     * test_ucp_sockaddr.close_callback): the failed endpoint's QP flushes
+     * what is left, and the destroy still needs a marker after the
+     * unreported requests, for which it must first reap the completions
+     * that return the resources (before, it waited out the 5 s drain and
+     * warned "requests of ep ... did not complete") */
+    uct_iface_h tx = nullptr, rx = nullptr;
+    uct_ep_h quiet = nullptr, busy = nullptr;
+    size_t flood = 0;
+    starve_quiet(&tx, &rx, &quiet, &busy, &flood);
+    if (!HasFatalFailure()) {
+        uct_iface_close(rx); /* disconnects its side */
+        rx = nullptr;
+        const auto deadline = Clock::now() + std::chrono::duration<double>(kTimeout);
+        while (((wireup_state(quiet) == XQP_CONN_CONNECTED) ||
+                (wireup_state(busy) == XQP_CONN_CONNECTED)) &&
+               (Clock::now() < deadline)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1)); /* no progress */
+        }
+        ASSERT_NE(XQP_CONN_CONNECTED, wireup_state(quiet)) << "the disconnect never arrived";
+        EXPECT_LT(destroy_timed(quiet), 4.0) << "the destroy waited out the drain";
+        EXPECT_LT(destroy_timed(busy), 4.0) << "the destroy waited out the drain";
+    }
+    uct_iface_close(tx);
+    if (rx != nullptr) {
+        uct_iface_close(rx);
+    }
+    errors_at_start_ = b_->ep_errors.size(); /* the peer's close was the point */
 }
 
 /* The connection comes up on the async thread; the requests queued while it

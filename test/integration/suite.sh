@@ -541,6 +541,7 @@ test_bad_config_values_are_named() (
     for bad in UCX_XQP_ECE_LOCAL=0:1 UCX_XQP_ECE_LOCAL=banana UCX_XQP_ECE_REQUIRED=0x1ffffffff \
                UCX_XQP_ECE_REQUIRED=bits UCX_XQP_ECE_DESIRED=-1 UCX_XQP_TX_QUEUE_LEN=0 \
                UCX_XQP_TX_QUEUE_LEN=99999 UCX_XQP_RX_QUEUE_LEN=3 UCX_XQP_SEG_SIZE=100 \
+               UCX_XQP_RX_MAX_BUFS=16 UCX_XQP_RX_MAX_BUFS=-2 \
                UCX_XQP_CONNECT_TIMEOUT=0s UCX_XQP_ADDR_RESOLVE_TIMEOUT=0s \
                UCX_XQP_ROUTE_RESOLVE_TIMEOUT=0s; do
         var=${bad%%=*}
