@@ -159,6 +159,13 @@ ucs_status_t Endpoint::cancel(uct_completion_t *comp)
             error_reported_ = true;
             state_.store(State::Failed, std::memory_order_release);
             conn_->retire_qp();
+            if (conn_->shared()) {
+                /* the peer may send on this QP too: it learns now that the
+                 * connection is gone (its requests flush), not when this
+                 * endpoint is destroyed (UCP destroys a cancelled lane
+                 * from a later progress) */
+                conn_->disconnect();
+            }
         }
         /* under the lock: while connecting, the async thread may swap the
          * connection (sharing, on_moved) */

@@ -364,6 +364,31 @@ TEST_F(Sharing, AFailureOfTheSharedConnectionFailsBothEndpoints)
     destroy_both();
 }
 
+TEST_F(Sharing, ACancelFailsThePeersEndpointAtOnce)
+{
+    /* UCP discards a failed lane with a flush cancel, and destroys it from
+     * a later progress. A cancel takes the QP to the error state: on a
+     * shared connection the peer's endpoint must see the end now, or its
+     * requests wait (rxe never reports retry-exceeded) until this side's
+     * endpoint is destroyed: UCX's test_ucp_sockaddr.close_callback waited
+     * out a 5 s drain there */
+    ASSERT_NO_FATAL_FAILURE(connect_both());
+    ASSERT_EQ(UCS_OK, b_->flush(ab_));
+    EXPECT_EQ(UCS_OK, uct_ep_flush(ab_, UCT_FLUSH_FLAG_CANCEL, nullptr));
+    const auto deadline = Clock::now() + std::chrono::duration<double>(5.0);
+    while ((info(ba_).state == XQP_CONN_CONNECTED) && (Clock::now() < deadline)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1)); /* no progress */
+    }
+    EXPECT_NE(XQP_CONN_CONNECTED, info(ba_).state)
+            << "B's endpoint still sends on a connection A cancelled";
+    b_->spin(0.05);
+    errors_at_start_ = b_->ep_errors.size(); /* B's failure was the point */
+    uct_ep_destroy(ab_);
+    ab_ = nullptr;
+    uct_ep_destroy(ba_);
+    ba_ = nullptr;
+}
+
 TEST_F(Sharing, SimultaneousConnectsConvergeToOneConnection)
 {
     for (int round = 0; round < 6; ++round) {
