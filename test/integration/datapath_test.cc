@@ -26,6 +26,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <initializer_list>
 #include <thread>
 #include <utility>
 
@@ -55,6 +56,21 @@ int wireup_state(uct_ep_h e)
     static auto info_fn = xqp_test::xqp_api<InfoFn>("xqp_ep_wireup_info");
     xqp_wireup_info_t info = {};
     return ((info_fn != nullptr) && (info_fn(e, &info) == 0)) ? info.state : -1;
+}
+
+/* waits, with no progress (the async thread sees the disconnect), until no
+ * endpoint of eps is connected; false when one still is after kTimeout */
+bool disconnected_without_progress(std::initializer_list<uct_ep_h> eps)
+{
+    const auto deadline = Clock::now() + std::chrono::duration<double>(kTimeout);
+    const auto any_up   = [&] {
+        return std::any_of(eps.begin(), eps.end(),
+                           [](uct_ep_h e) { return wireup_state(e) == XQP_CONN_CONNECTED; });
+    };
+    while (any_up() && (Clock::now() < deadline)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return !any_up();
 }
 
 /* ------------------------------------------------------------------ RMA */
@@ -998,11 +1014,7 @@ TEST_F(Datapath, RequestsAreTakenUntilTheErrorHandlerRuns)
     uct_ep_h e = nullptr;
     ASSERT_EQ(UCS_OK, b_->connect(b_->sender, gone, &e));
     uct_iface_close(gone); /* disconnects its side */
-    const auto deadline = Clock::now() + std::chrono::duration<double>(kTimeout);
-    while ((wireup_state(e) == XQP_CONN_CONNECTED) && (Clock::now() < deadline)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1)); /* no progress */
-    }
-    ASSERT_NE(XQP_CONN_CONNECTED, wireup_state(e)) << "the disconnect never arrived";
+    ASSERT_TRUE(disconnected_without_progress({e})) << "the disconnect never arrived";
     EXPECT_EQ(errors_at_start_, b_->ep_errors.size()) << "the handler runs from progress";
     const uint64_t word = 42;
     EXPECT_EQ(UCS_OK, uct_ep_put_short(e, &word, sizeof(word), 0x1000, 0))
@@ -1393,12 +1405,6 @@ TEST_F(Pending, PurgeReturnsQueuedRequestsUnrun)
     }
 }
 
-/* An application asleep on the interface's event fd (as in UCP's
- * ucp_worker_wait) while an endpoint connects must be woken once the
- * connection is up: its pending requests run only in progress, and as nothing
- * has been sent yet no completion would ever wake it. The interface is idle
- * and armed before the endpoint is created, so the connection cannot come up
- * before the sleep. */
 TEST_F(Pending, AFailedEndpointQueuesRequestsForItsErrorHandlerToPurge)
 {
     /* UCX's test_uct_peer_failure.purge_failed_peer: after the peer
@@ -1411,11 +1417,7 @@ TEST_F(Pending, AFailedEndpointQueuesRequestsForItsErrorHandlerToPurge)
     uct_ep_h e = nullptr;
     ASSERT_EQ(UCS_OK, b_->connect(b_->sender, gone, &e));
     uct_iface_close(gone); /* disconnects its side */
-    const auto deadline = Clock::now() + std::chrono::duration<double>(kTimeout);
-    while ((wireup_state(e) == XQP_CONN_CONNECTED) && (Clock::now() < deadline)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1)); /* no progress */
-    }
-    ASSERT_NE(XQP_CONN_CONNECTED, wireup_state(e)) << "the disconnect never arrived";
+    ASSERT_TRUE(disconnected_without_progress({e})) << "the disconnect never arrived";
     ASSERT_EQ(errors_at_start_, b_->ep_errors.size()) << "the handler runs from progress";
     PendingOp ops[3];
     for (auto &op : ops) {
@@ -1436,6 +1438,12 @@ TEST_F(Pending, AFailedEndpointQueuesRequestsForItsErrorHandlerToPurge)
     errors_at_start_ = b_->ep_errors.size(); /* that error was the point */
 }
 
+/* An application asleep on the interface's event fd (as in UCP's
+ * ucp_worker_wait) while an endpoint connects must be woken once the
+ * connection is up: its pending requests run only in progress, and as nothing
+ * has been sent yet no completion would ever wake it. The interface is idle
+ * and armed before the endpoint is created, so the connection cannot come up
+ * before the sleep. */
 TEST_F(Pending, EventFdWakesTheSleeperWhenTheConnectionIsUp)
 {
     const unsigned events = UCT_EVENT_SEND_COMP | UCT_EVENT_RECV;
@@ -1635,13 +1643,8 @@ TEST_F(Pending, DestroyAfterThePeerClosedReportsUnsignaledRequests)
     if (!HasFatalFailure()) {
         uct_iface_close(rx); /* disconnects its side */
         rx = nullptr;
-        const auto deadline = Clock::now() + std::chrono::duration<double>(kTimeout);
-        while (((wireup_state(quiet) == XQP_CONN_CONNECTED) ||
-                (wireup_state(busy) == XQP_CONN_CONNECTED)) &&
-               (Clock::now() < deadline)) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1)); /* no progress */
-        }
-        ASSERT_NE(XQP_CONN_CONNECTED, wireup_state(quiet)) << "the disconnect never arrived";
+        ASSERT_TRUE(disconnected_without_progress({quiet, busy}))
+                << "the disconnect never arrived";
         EXPECT_LT(destroy_timed(quiet), 4.0) << "the destroy waited out the drain";
         EXPECT_LT(destroy_timed(busy), 4.0) << "the destroy waited out the drain";
     }
