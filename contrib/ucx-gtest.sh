@@ -3,8 +3,12 @@
 # gtest suite against xqp (and, for comparison, rc_verbs) on rxe0 in the
 # Soft-RoCE testbed.
 #
-#   UCX_SRC_DIR   source tree of the installed UCX release (.deps/ucx-1.13.1)
-#   BUILD_DIR     xqp build tree holding .libs/libuct_xqp.so.0
+#   UCX_SRC_DIR   a UCX release's source tree (.deps/ucx-1.13.1, or one made
+#                 with git archive of a tag, e.g. .deps/ucx-1.22.0)
+#   BUILD_DIR     xqp build tree holding .libs/libuct_xqp.so.0. When it holds
+#                 no Makefile (a new or empty directory), xqp is configured
+#                 there against the cached UCX build below and built; a later
+#                 run with the same directory rebuilds it (make) first.
 #   GTEST_FILTER  ':'-separated gtest patterns written WITHOUT the
 #                 instantiation prefix, e.g. 'test_ucp_rma.get_nonblocking/*'
 #                 (test_ucp* patterns are UCP tests, the others UCT tests);
@@ -14,14 +18,18 @@
 #                 peer_failure sockaddr.
 #
 # UCX's gtest chooses its transports at compile time. The script copies the
-# UCX tree to a cache directory, adds xqp next to rc_verbs in the UCT and UCP
+# UCX tree to a cache directory (one per UCX version), adds xqp next to rc_verbs in the UCT and UCP
 # instantiation lists (an edit made with sed at run time), configures UCX like
 # Debian does (so that the structures match what xqp was built against) plus
 # --enable-gtest, builds it and its gtest and installs it into the cache. That
 # happens once: a later run reuses it while the UCX tree and the edit are the
 # same. Then it boots the testbed once and, for each transport and group, runs
-# the gtest with only the cache's UCX libraries (LD_LIBRARY_PATH) and xqp
-# preloaded. A test that crashes or hangs is recorded and the group resumes
+# the gtest with only the cache's UCX libraries (LD_LIBRARY_PATH). How xqp
+# gets in depends on the xqp build (its configure's XQP_UCX_LOADS_PLUGINS):
+# for a UCX that loads only its compiled-in modules (<= 1.21) the plugin is
+# preloaded; for one that scans its module directory (>= 1.22) the plugin is
+# copied into the cache's module directory and nothing is preloaded, as a
+# drop-in plugin is used. A test that crashes or hangs is recorded and the group resumes
 # after it (neither it nor the tests that already have a result run again).
 # The test cases UCX instantiates for its IB transports only
 # (UCT_INSTANTIATE_IB_TEST_CASE: they set UCX's IB md and iface variables)
@@ -39,7 +47,7 @@
 #   XQP_UCX_GTEST_TIMEOUT  limit in seconds for one gtest process (default: 900)
 #   XQP_UCX_GTEST_ARGS     extra gtest arguments (e.g. --gtest_repeat=5)
 #   XQP_UCX_GTEST_BUILD_ONLY=1  build (or check the cache) and stop
-#   XQP_PLUGIN             plugin to preload (default: BUILD_DIR/.libs/libuct_xqp.so.0)
+#   XQP_PLUGIN             plugin to load (default: BUILD_DIR/.libs/libuct_xqp.so.0)
 #   JOBS                   parallel make jobs (default: 2, run under nice)
 #   XQP_VM_TIMEOUT         testbed limit (default here: 7200)
 #
@@ -67,9 +75,6 @@ BUILD=$(readlink -f -- "$2")
 FILTER=${3:-}
 [ -f "$UCX_SRC/src/uct/base/uct_iface.h" ] && [ -f "$UCX_SRC/test/gtest/uct/uct_test.h" ] ||
     die "$UCX_SRC is not a UCX source tree with its gtest"
-PLUGIN=${XQP_PLUGIN:-$BUILD/.libs/libuct_xqp.so.0}
-[ -r "$PLUGIN" ] || die "no plugin at $PLUGIN (build xqp first, or set XQP_PLUGIN)"
-PLUGIN=$(readlink -f -- "$PLUGIN")
 
 # ---------------------------------------------------------------------------
 # The UCX build (cached)
@@ -77,6 +82,8 @@ PLUGIN=$(readlink -f -- "$PLUGIN")
 
 # shellcheck source=contrib/ucx-tree.sh
 . "$SRC/contrib/ucx-tree.sh"
+VERSION=$(ucx_tree_version "$UCX_SRC")
+[[ $VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "cannot read the UCX version of $UCX_SRC"
 # Identity of the UCX tree: every file's path, size and mtime, plus the recipe.
 tree_key() { ucx_tree_key "$UCX_SRC" "recipe $RECIPE"; }
 
@@ -108,7 +115,7 @@ patch_tree() {
 build_ucx() {
     local key tree prefix
     key=$(tree_key)
-    tree=$CACHE/ucx-$key
+    tree=$CACHE/ucx-$VERSION-$key
     prefix=$tree/_install
     UCX_TREE=$tree UCX_PREFIX=$prefix
     if [ -f "$tree/.xqp-gtest-built" ]; then
@@ -117,7 +124,7 @@ build_ucx() {
     fi
     mkdir -p "$CACHE"
     local old
-    for old in "$CACHE"/ucx-*; do
+    for old in "$CACHE/ucx-$VERSION"-*; do
         [ -e "$old" ] && [ "$old" != "$tree" ] && { log "removing stale $old"; rm -rf "$old"; }
     done
     if [ ! -f "$tree/.xqp-gtest-configured" ]; then
@@ -141,8 +148,10 @@ build_ucx() {
     (
         cd "$tree"
         [ -f .xqp-gtest-configured ] && exit 0
-        log "autogen.sh"
-        nice -n 19 ./autogen.sh >"$tree/.xqp-autogen.log" 2>&1 || { tail -n 30 "$tree/.xqp-autogen.log"; exit 1; }
+        # autoreconf, not autogen.sh: newer ones update git submodules
+        log "autoreconf"
+        mkdir -p config/m4 config/aux
+        nice -n 19 autoreconf -i >"$tree/.xqp-autogen.log" 2>&1 || { tail -n 30 "$tree/.xqp-autogen.log"; exit 1; }
         log "configure (log: $tree/.xqp-configure.log)"
         nice -n 19 ./configure "${flags[@]}" >"$tree/.xqp-configure.log" 2>&1 ||
             { tail -n 30 "$tree/.xqp-configure.log"; exit 1; }
@@ -171,7 +180,44 @@ build_ucx() {
     log "built UCX and its gtest in $tree"
 }
 
+# The xqp build: BUILD as given, or configured here against the cached UCX.
+build_xqp() {
+    if [ ! -f "$BUILD/Makefile" ]; then
+        mkdir -p "$BUILD"
+        log "configuring xqp in $BUILD against $UCX_PREFIX"
+        [ -x "$SRC/configure" ] || die "run $SRC/autogen.sh first"
+        (cd "$BUILD" && PATH=$UCX_PREFIX/bin:$PATH "$SRC/configure" --prefix="$UCX_PREFIX" --with-ucx="$UCX_PREFIX" \
+             --with-ucx-src="$UCX_TREE" >configure.out 2>&1) ||
+            { tail -n 20 "$BUILD/configure.out" >&2; die "configuring xqp in $BUILD failed"; }
+        touch "$BUILD/.xqp-gtest-build"
+    fi
+    if [ -f "$BUILD/.xqp-gtest-build" ]; then
+        log "make -j$JOBS in $BUILD"
+        nice -n 19 make -C "$BUILD" -j"$JOBS" >"$BUILD/make.out" 2>&1 ||
+            { grep -E 'error' "$BUILD/make.out" | head -n 30 >&2; die "building xqp in $BUILD failed"; }
+    fi
+    PLUGIN=${XQP_PLUGIN:-$BUILD/.libs/libuct_xqp.so.0}
+    [ -r "$PLUGIN" ] || die "no plugin at $PLUGIN (build xqp first, or set XQP_PLUGIN)"
+    PLUGIN=$(readlink -f -- "$PLUGIN")
+    local built_for loads
+    built_for=$(sed -n 's/^XQP_UCX_VERSION = //p' "$BUILD/Makefile" 2>/dev/null) || true
+    loads=$(sed -n 's/^XQP_UCX_LOADS_PLUGINS = //p' "$BUILD/Makefile" 2>/dev/null) || true
+    [ -z "$built_for" ] || [ "$built_for" = "$VERSION" ] ||
+        die "$BUILD is built for UCX $built_for, the tree is UCX $VERSION"
+    if [ "$loads" = yes ]; then
+        # a drop-in plugin: into the module directory, nothing preloaded
+        install -m 0755 "$PLUGIN" "$UCX_PREFIX/lib/ucx/libuct_xqp.so.0"
+        LOAD=module
+        log "xqp: $PLUGIN, installed in $UCX_PREFIX/lib/ucx (UCX $VERSION loads it)"
+    else
+        rm -f "$UCX_PREFIX/lib/ucx/libuct_xqp.so.0"
+        LOAD=preload
+        log "xqp: $PLUGIN, preloaded"
+    fi
+}
+
 build_ucx
+build_xqp
 [ "${XQP_UCX_GTEST_BUILD_ONLY:-0}" = 1 ] && exit 0
 
 # ---------------------------------------------------------------------------
@@ -234,7 +280,7 @@ export LD_LIBRARY_PATH=$G_PREFIX/lib:$G_PREFIX/lib/ucx
 export UCX_MODULE_DIR=$G_PREFIX/lib/ucx
 export UCX_HANDLE_ERRORS=bt UCX_LOG_LEVEL=warn UCX_LOG_PRINT_ENABLE=y
 export UCX_UD_VERBS_ETH_DGID_CHECK=n
-export LD_PRELOAD=$G_PLUGIN
+[ "$G_LOAD" = preload ] && export LD_PRELOAD=$G_PLUGIN
 read -r -a gargs <<<"${G_ARGS:-}"
 
 for tl in $G_TLS; do
@@ -318,7 +364,7 @@ vm_rc=0
                     sed -E 's/.*\((.*)\)/\1/' | sort -u | tr '\n' ' ')
     echo "$G_IB_ONLY" >"$OUT/ib-only" # for ucx-gtest-compare.sh
     export G_IB_ONLY
-    export G_OUT=$OUT G_PREFIX=$UCX_PREFIX G_PLUGIN=$PLUGIN G_TLS=$TLS G_GROUPS=$GROUPS_FILE \
+    export G_OUT=$OUT G_PREFIX=$UCX_PREFIX G_PLUGIN=$PLUGIN G_LOAD=$LOAD G_TLS=$TLS G_GROUPS=$GROUPS_FILE \
            G_GTEST=$GTEST_BIN G_TIMEOUT=${XQP_UCX_GTEST_TIMEOUT:-900} G_ARGS=${XQP_UCX_GTEST_ARGS:-}
     export XQP_VM_TIMEOUT=${XQP_VM_TIMEOUT:-7200}
     unset LD_PRELOAD LD_LIBRARY_PATH
