@@ -558,8 +558,9 @@ ucs_status_t Endpoint::check(uct_completion_t *comp)
         return UCS_ERR_NO_RESOURCE; /* the connect timeout bounds this phase */
     }
     if ((outstanding() > 0) && (comp == nullptr)) {
-        /* requests in flight: a dead peer fails them (RC retry timeout) and
-         * the error handler runs; a probe would say nothing more */
+        /* requests in flight: a dead peer fails them (RC retry timeout, or
+         * UCX_XQP_PEER_TIMEOUT where the NIC never reports it) and the
+         * error handler runs; a probe would say nothing more */
         return UCS_OK;
     }
     ucs_status_t status = tx_check();
@@ -568,7 +569,8 @@ ucs_status_t Endpoint::check(uct_completion_t *comp)
     }
     /* the probe: a zero-length RDMA WRITE, which the peer's HCA
      * acknowledges; a peer that is gone makes it fail with a retry error
-     * after the QP's timeout, and the endpoint with it */
+     * after the QP's timeout, or the peer deadline, and the endpoint with
+     * it */
     status = post_marker(comp);
     if (status != UCS_OK) {
         return status;
@@ -580,7 +582,8 @@ ucs_status_t Endpoint::check(uct_completion_t *comp)
  * side in iface.cc). Flow control: all connections of an interface share one
  * receive queue, and the QPs retry forever on RNR (rnr_retry 7), so a burst
  * that finds no receive buffer waits in the sender's hardware until progress
- * reposts one: no message is dropped, and RC never duplicates. */
+ * reposts one: no message is dropped, and RC never duplicates. The wait is
+ * bounded by UCX_XQP_PEER_TIMEOUT (Endpoint::watch). */
 static void set_send(ibv_send_wr &wr, uint8_t id)
 {
     wr.opcode   = IBV_WR_SEND_WITH_IMM;

@@ -128,6 +128,10 @@ public:
     bool connects_to(const sockaddr_storage &dst) const;
     /* from the interface's timer (async thread, wireup lock held) */
     void check_timeout(double now) { conn_->check_timeout(now); }
+    /* the peer deadline (Iface::watch_peers, main thread): requests in
+     * flight that saw no completion for timeout fail the endpoint with
+     * UCS_ERR_ENDPOINT_TIMEOUT */
+    void watch(ucs_time_t now, ucs_time_t timeout);
 
     /* iface::ConnUser (called with the wireup lock held) */
     void on_established(wireup::Connection &conn) override;
@@ -275,6 +279,10 @@ private:
     unsigned            sig_countdown_ = 1;
     /* requests posted since the last signaled one */
     unsigned unsignaled() const { return tx_moderation_ - sig_countdown_; }
+    /* the peer deadline's last look (watch): completed_sn_ then, and since
+     * when no request completed (0: nothing was in flight) */
+    uint64_t            watch_sn_    = 0;
+    ucs_time_t          watch_since_ = 0;
     /* copies of the interface's limits, read on every request */
     uint32_t            tx_queue_len_  = 0;
     unsigned            tx_moderation_ = 1;

@@ -10,6 +10,7 @@
 
 #include "iface/address.h"
 
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -212,6 +213,39 @@ void Endpoint::on_closed(wireup::Connection &)
     fail_status_ = UCS_ERR_ENDPOINT_TIMEOUT;
     state_.store(State::Failed, std::memory_order_release);
     schedule_progress();
+}
+
+void Endpoint::watch(ucs_time_t now, ucs_time_t timeout)
+{
+    if ((state() != State::Connected) || (outstanding() == 0)) {
+        watch_since_ = 0;
+        return;
+    }
+    if ((watch_since_ == 0) || (completed_sn_ != watch_sn_)) {
+        watch_sn_    = completed_sn_; /* a completion since the last look */
+        watch_since_ = now;
+        return;
+    }
+    if (now - watch_since_ < timeout) {
+        /* requests that need no completion complete with the next one that
+         * does: a probe behind them, so that a live peer always answers */
+        if ((unsignaled() > 0) && (tx_check() == UCS_OK)) {
+            (void)post_marker(nullptr);
+        }
+        return;
+    }
+    char why[160];
+    std::snprintf(why, sizeof(why),
+                  "%u requests in flight and none completed for %.1f s (UCX_XQP_PEER_TIMEOUT): "
+                  "the peer is gone or takes no messages",
+                  outstanding(), ucs_time_to_sec(now - watch_since_));
+    iface::WireupGuard guard(*iface_);
+    if (!destroying_ && (state() == State::Connected)) {
+        ucs_diag("xqp: ep %p to %s: %s", this, iface::to_string(dst_).c_str(), why);
+        /* the QP goes to the error state: its requests are flushed and
+         * end with the endpoint's status; the error handler runs once */
+        conn_->inject_failure(UCS_ERR_ENDPOINT_TIMEOUT, why, 0);
+    }
 }
 
 void Endpoint::inject_failure(ucs_status_t status, unsigned hold_us)

@@ -59,6 +59,17 @@ ucs_config_field_t config_table[] = {
      "that never answers is reported after (retries + 1) times this.",
      ucs_offsetof(Config, connect_timeout), UCS_CONFIG_TYPE_TIME},
 
+    {"PEER_TIMEOUT", "10s",
+     "How long requests in flight on an endpoint may go without any of them\n"
+     "completing before the endpoint fails with UCS_ERR_ENDPOINT_TIMEOUT: a\n"
+     "peer host that died while its NIC never reports it, or a live peer that\n"
+     "stopped taking messages (its receive queue stays empty). A request that\n"
+     "needs no completion gets a probe behind it, so that a live peer always\n"
+     "answers. The failure is seen within 1.5 times this, from the progress of\n"
+     "the interface (or its event fd). 0 or inf: no deadline, as UCX's rc\n"
+     "transports with an unlimited RNR retry count.",
+     ucs_offsetof(Config, peer_timeout), UCS_CONFIG_TYPE_TIME},
+
     {"CONNECT_RETRIES", "3",
      "How many times a failed connection attempt is retried, each time with a\n"
      "new rdma_cm id and QP. A reject because of ECE options is not retried.",

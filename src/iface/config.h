@@ -24,6 +24,7 @@ struct Config {
     double             addr_resolve_timeout;
     double             route_resolve_timeout;
     double             connect_timeout;
+    double             peer_timeout;  /* 0 or inf: no deadline */
     unsigned           connect_retries;
     unsigned           tx_queue_len;
     unsigned           rx_queue_len;

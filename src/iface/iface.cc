@@ -10,12 +10,14 @@
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 #include <netinet/in.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -281,6 +283,14 @@ void Iface::configure(const Config &config, const ibv_device_attr &dev_attr,
     wireup_config_.max_retries      = config.connect_retries;
     wireup_config_.share            = (config.share != 0);
     wireup_config_.connect_timeout_s = to_timeout_ms("CONNECT_TIMEOUT", config.connect_timeout) / 1000.0;
+    if (!(config.peer_timeout >= 0)) {
+        throw config_error("PEER_TIMEOUT", std::to_string(config.peer_timeout) + "s",
+                           "must be a time (0 or inf: no deadline)");
+    }
+    if ((config.peer_timeout > 0) && std::isfinite(config.peer_timeout)) {
+        peer_timeout_ = std::max<ucs_time_t>(1, ucs_time_from_sec(config.peer_timeout));
+        watch_period_ = std::max<ucs_time_t>(1, peer_timeout_ / 4);
+    }
     std::random_device rd;
     wireup_config_.iface_uuid  = (uint64_t(rd()) << 32) | rd();
     wireup_config_.max_am_size = 1;
@@ -316,8 +326,8 @@ void Iface::configure(const Config &config, const ibv_device_attr &dev_attr,
     rx_layout(params);
 }
 
-/* the completion channel, the wakeup eventfd and the epoll set that
- * uct_iface_event_fd_get hands out */
+/* the completion channel, the wakeup eventfd, the deadline's timerfd and
+ * the epoll set that uct_iface_event_fd_get hands out */
 void Iface::open_event_fds()
 {
     comp_channel_.reset(ibv_create_comp_channel(md_->context()));
@@ -336,7 +346,11 @@ void Iface::open_event_fds()
     if (event_fd_.get() < 0) {
         throw_errno("epoll_create1", errno);
     }
-    for (const int fd : {comp_channel_->fd, wakeup_fd_.get()}) {
+    watch_fd_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+    if (watch_fd_.get() < 0) {
+        throw_errno("timerfd_create", errno);
+    }
+    for (const int fd : {comp_channel_->fd, wakeup_fd_.get(), watch_fd_.get()}) {
         epoll_event ev = {};
         ev.events      = EPOLLIN;
         ev.data.fd     = fd;
@@ -365,6 +379,7 @@ void Iface::create_queues(const Config &config, const ibv_device_attr &dev_attr)
      * message) */
     tx_spare_ = static_cast<int64_t>(std::min<uint64_t>(send_cq_len, config.rx_queue_len)) -
                 static_cast<int64_t>(tx_moderation_);
+    tx_spare_idle_ = tx_spare_;
     for (auto &op : ops_) {
         put_op(&op);
     }

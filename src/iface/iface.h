@@ -112,10 +112,16 @@ public:
     unsigned progress();
     ucs_status_t flush(unsigned flags, uct_completion_t *comp);
     void fence_all();
-    /* an epoll set of the completion channel and wakeup_fd_: readable when
-     * a completion or a connection event needs the application's progress */
+    /* an epoll set of the completion channel, wakeup_fd_ and watch_fd_:
+     * readable when a completion or a connection event needs the
+     * application's progress, or the peer deadline a look */
     int event_fd() const { return event_fd_.get(); }
     ucs_status_t event_arm(unsigned events);
+    /* the peer deadline: looks at the endpoints with requests in flight
+     * when a watch period has passed (main thread) */
+    void watch_peers();
+    /* event_arm: the timerfd wakes the application for the next look */
+    void arm_watch_timer();
 
     TxOp *get_op()
     {
@@ -308,6 +314,9 @@ private:
      * quiet (armed_: set by event_arm, taken by the write) */
     UniqueFd            wakeup_fd_;
     std::atomic<bool>   armed_{false};
+    /* a timerfd event_arm sets while requests are in flight, so that an
+     * application asleep on event_fd() looks at the peer deadline too */
+    UniqueFd            watch_fd_;
     UniqueFd            event_fd_;
     verbs::Cq           send_cq_;
     verbs::Cq           recv_cq_;
@@ -358,6 +367,16 @@ private:
      * requests in flight: one counter, so that the data path tests one
      * value (has_tx_credit, tx_credit_low) */
     int64_t             tx_spare_ = 0;
+    int64_t             tx_spare_idle_ = 0; /* tx_spare_ with nothing in flight */
+    /* UCX_XQP_PEER_TIMEOUT (0: none): requests in flight that see no
+     * completion this long fail their endpoint (Endpoint::watch); the
+     * endpoints are looked at every watch_period_, from progress (after
+     * kWatchPolls polls that found no send completion) and event_arm */
+    static constexpr unsigned kWatchPolls = 64;
+    ucs_time_t          peer_timeout_ = 0;
+    ucs_time_t          watch_period_ = 0;
+    ucs_time_t          next_watch_   = 0;
+    unsigned            idle_polls_   = 0;
     std::unique_ptr<wireup::RdmaCmOps> cm_;
     wireup::VerbsEceProvider ece_provider_;
     bool                async_handler_ = false;

@@ -6,6 +6,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -151,6 +152,9 @@ unsigned Iface::progress()
     n = ibv_poll_cq(send_cq_.get(), 16, wcs);
     if (n > 0) {
         count += handle_send_completions(wcs, n);
+    } else if (ucs_unlikely(++idle_polls_ >= kWatchPolls)) {
+        idle_polls_ = 0;
+        watch_peers();
     }
 
     if (ucs_unlikely(tx_returned_)) {
@@ -179,6 +183,22 @@ unsigned Iface::progress()
         ++count;
     }
     return count;
+}
+
+void Iface::watch_peers()
+{
+    if ((peer_timeout_ == 0) || (tx_spare_ == tx_spare_idle_)) {
+        return; /* no deadline, or nothing in flight */
+    }
+    const ucs_time_t now = ucs_get_time();
+    if (now < next_watch_) {
+        return;
+    }
+    next_watch_ = now + watch_period_;
+    /* an endpoint that times out only schedules its error handler */
+    for (auto *ep : eps_) {
+        ep->watch(now, peer_timeout_);
+    }
 }
 
 void Iface::schedule_pending(ep::Endpoint *ep)
@@ -293,10 +313,16 @@ ucs_status_t Iface::event_arm(unsigned events)
     while (ibv_get_cq_event(comp_channel_.get(), &cq, &ctx) == 0) {
         ibv_ack_cq_events(cq, 1);
     }
-    /* one read returns the eventfd's count and clears it (EAGAIN: was 0) */
+    /* one read returns the eventfd's count and clears it (EAGAIN: was 0);
+     * the same for the timerfd's expirations */
     uint64_t wakeups;
-    const ssize_t got = read(wakeup_fd_.get(), &wakeups, sizeof(wakeups));
-    (void)got;
+    for (const int fd : {wakeup_fd_.get(), watch_fd_.get()}) {
+        const ssize_t got = read(fd, &wakeups, sizeof(wakeups));
+        (void)got;
+    }
+    /* before the checks below: an endpoint that times out here is
+     * dispatched (its error handler) by the progress they ask for */
+    watch_peers();
     /* endpoints the async thread handed over, or ones whose pending
      * requests may run: progress has work now. Armed first: a hand-over
      * after the check writes the eventfd (schedule_dispatch). */
@@ -323,7 +349,29 @@ ucs_status_t Iface::event_arm(unsigned events)
             stash_.emplace_back(from_recv_cq, wcs[i]);
         }
     }
-    return stash_.empty() ? UCS_OK : UCS_ERR_BUSY;
+    if (!stash_.empty()) {
+        return UCS_ERR_BUSY;
+    }
+    arm_watch_timer();
+    return UCS_OK;
+}
+
+void Iface::arm_watch_timer()
+{
+    if ((peer_timeout_ == 0) || (tx_spare_ == tx_spare_idle_)) {
+        return; /* an expired or disarmed timer stays quiet */
+    }
+    const double s = ucs_time_to_sec(watch_period_);
+    itimerspec its = {};
+    its.it_value.tv_sec  = static_cast<time_t>(s);
+    its.it_value.tv_nsec = static_cast<long>((s - static_cast<double>(its.it_value.tv_sec)) * 1e9);
+    if ((its.it_value.tv_sec == 0) && (its.it_value.tv_nsec == 0)) {
+        its.it_value.tv_nsec = 1;
+    }
+    if (timerfd_settime(watch_fd_.get(), 0, &its, nullptr) != 0) {
+        ucs_warn("xqp: %s: cannot set the peer deadline's timer: %s", resource_name_.c_str(),
+                 strerror(errno));
+    }
 }
 
 } // namespace xqp::iface

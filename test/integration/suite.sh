@@ -541,7 +541,7 @@ test_bad_config_values_are_named() (
     for bad in UCX_XQP_ECE_LOCAL=0:1 UCX_XQP_ECE_LOCAL=banana UCX_XQP_ECE_REQUIRED=0x1ffffffff \
                UCX_XQP_ECE_REQUIRED=bits UCX_XQP_ECE_DESIRED=-1 UCX_XQP_TX_QUEUE_LEN=0 \
                UCX_XQP_TX_QUEUE_LEN=99999 UCX_XQP_RX_QUEUE_LEN=3 UCX_XQP_SEG_SIZE=100 \
-               UCX_XQP_RX_MAX_BUFS=16 UCX_XQP_RX_MAX_BUFS=-2 \
+               UCX_XQP_RX_MAX_BUFS=16 UCX_XQP_RX_MAX_BUFS=-2 UCX_XQP_PEER_TIMEOUT=-1s \
                UCX_XQP_CONNECT_TIMEOUT=0s UCX_XQP_ADDR_RESOLVE_TIMEOUT=0s \
                UCX_XQP_ROUTE_RESOLVE_TIMEOUT=0s; do
         var=${bad%%=*}
@@ -551,7 +551,7 @@ test_bad_config_values_are_named() (
     # values UCX's parser refuses: it names the option
     for bad in UCX_XQP_ECE=sometimes UCX_XQP_LOCALITY=sometimes UCX_XQP_RCACHE=perhaps \
                UCX_XQP_CONNECT_RETRIES=many UCX_XQP_MAX_INLINE=lots UCX_XQP_MAX_NUM_EPS=x \
-               UCX_XQP_CONNECT_TIMEOUT=soon UCX_XQP_SEG_SIZE=big; do
+               UCX_XQP_CONNECT_TIMEOUT=soon UCX_XQP_PEER_TIMEOUT=soon UCX_XQP_SEG_SIZE=big; do
         var=${bad%%=*}
         val=${bad#*=}
         out=$(env "$bad" "$RUN" ucx_info -d 2>&1)
