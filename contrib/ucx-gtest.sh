@@ -95,7 +95,14 @@ tree_key() { ucx_tree_key "$UCX_SRC" "recipe $RECIPE"; }
 patch_tree() {
     local t=$1 f
     f=$t/test/gtest/uct/uct_test.h
-    sed -i 's/^\( *\)rc_verbs, *\\$/&\n\1xqp,                \\/' "$f"
+    if grep -q '^ *UCT_TEST_IB_AND_GGA_TLS, *\\$' "$f" && grep -q '^ *ugni_smsg, *\\$' "$f"; then
+        # UCX >= 1.22: UCT_TEST_TLS has UCS_PP_MAX_ARGS (21) entries already;
+        # xqp takes the place of ugni_smsg (Cray's uGNI, never built here),
+        # in the "all transports" list, outside the IB-only one
+        sed -i 's/^\( *\)ugni_smsg, *\\$/\1xqp,                \\/' "$f"
+    else
+        sed -i 's/^\( *\)rc_verbs, *\\$/&\n\1xqp,                \\/' "$f"
+    fi
     f=$t/test/gtest/ucp/ucp_test.h
     sed -i -e 's/^\( *\)UCP_INSTANTIATE_TEST_CASE_TLS(_test_case, rc, *"rc_v") *\\$/&\n\1UCP_INSTANTIATE_TEST_CASE_TLS(_test_case, xqp,    "xqp") \\/' \
            -e '/^ *UCP_INSTANTIATE_TEST_CASE_TLS_GPU_AWARE(_test_case, rc, *\\$/{n;s/^\( *\)"rc_v") *\\$/&\n    UCP_INSTANTIATE_TEST_CASE_TLS_GPU_AWARE(_test_case, xqp, \\\n\1"xqp") \\/}' \
@@ -105,7 +112,7 @@ patch_tree() {
     # each edit must have landed exactly once
     local n
     n=$(grep -c '^ *xqp, *\\$' "$t/test/gtest/uct/uct_test.h") || true
-    [ "$n" = 1 ] || die "could not add xqp to UCT_TEST_IB_TLS (uct_test.h changed?)"
+    [ "$n" = 1 ] || die "could not add xqp to UCT's transport lists (uct_test.h changed?)"
     n=$(grep -c '_test_case, xqp,' "$t/test/gtest/ucp/ucp_test.h") || true
     [ "$n" = 2 ] || die "could not add xqp to the UCP instantiation macros (ucp_test.h changed?)"
     n=$(grep -c '_test_case, xqp,' "$t/test/gtest/ucp/test_ucp_sockaddr.cc") || true
@@ -172,7 +179,9 @@ build_ucx() {
         local gtest_cxxflags
         gtest_cxxflags=$(sed -n 's/^GTEST_CXXFLAGS *= *//p' test/gtest/Makefile)
         log "make -j$JOBS (log: $tree/.xqp-make.log; UCX and its gtest take ~30 min)"
-        nice -n 19 make -j"$JOBS" GTEST_CXXFLAGS="$gtest_cxxflags -Wno-error" >"$tree/.xqp-make.log" 2>&1 || { tail -n 40 "$tree/.xqp-make.log"; exit 1; }
+        # (a failed build starts again from a fresh copy next time)
+        nice -n 19 make -j"$JOBS" GTEST_CXXFLAGS="$gtest_cxxflags -Wno-error" >"$tree/.xqp-make.log" 2>&1 ||
+            { tail -n 40 "$tree/.xqp-make.log"; rm -f .xqp-gtest-configured; exit 1; }
         nice -n 19 make install GTEST_CXXFLAGS="$gtest_cxxflags -Wno-error" >>"$tree/.xqp-make.log" 2>&1 || { tail -n 40 "$tree/.xqp-make.log"; exit 1; }
         [ -x test/gtest/.libs/gtest ] || [ -x test/gtest/gtest ] || { echo "no gtest binary"; exit 1; }
     ) || die "building UCX in $tree failed"
