@@ -139,8 +139,9 @@ run_suite() {
         make check-testbed
     ) >"$XQP_BUILD/suite.out" 2>&1 || rc=$?
     grep -E '^(PASS|FAIL|SKIP)|^== ' "$XQP_BUILD/suite.out" >&2 || true
+    # the suite's own summary, in the harness's log of it
     RESULT=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed.*/\1 passed, \2 failed/p' \
-                 "$XQP_BUILD/suite.out" | tail -n 1)
+                 "$XQP_BUILD/test/integration/testbed.log" 2>/dev/null | tail -n 1)
     if [ -z "$RESULT" ]; then
         tail -n 20 "$XQP_BUILD/suite.out" >&2
         RESULT="suite did not finish (status $rc)"

@@ -8,6 +8,9 @@
 #   FAIL: NAME (DETAIL, 12 s)      then the last 60 lines of its output, indented
 # where the time is the test's wall time in seconds (rounded), and a
 # summary at the end: "PREFIX: N passed, N failed, N skipped".
+# With XQP_TAP=1 each result is also a TAP line ("ok N - NAME", "ok N - NAME
+# # SKIP REASON", "not ok N - NAME") and the summary ends with the plan
+# ("1..N"), for automake's TAP driver (make check-testbed).
 # ONLY (an extended regular expression, as for grep -E, matched with
 # bash's =~; empty: everything) selects the tests that run; each script
 # sets it from its own variable (XQP_SUITE_ONLY, XQP_HOSTS_ONLY).
@@ -40,19 +43,31 @@ test_seconds() {
 # started: PASS when STATUS is 0, SKIP when it is 77, else FAIL with DETAIL
 # (default "exit STATUS") and the tail of LOG
 test_end() {
-    local name=$1 rc=$2 log=$3 detail=${4:-exit $2} s
+    local name=$1 rc=$2 log=$3 detail=${4:-exit $2} s why
     s=$(test_seconds)
     if [[ $rc == 0 ]]; then
         echo "PASS: $name ($s s)"
         passed=$((passed + 1))
+        _tap "ok" "$name"
     elif [[ $rc == 77 ]]; then
-        echo "SKIP: $name ($(tail -n 1 "$log"))"
+        why=$(tail -n 1 "$log")
+        echo "SKIP: $name ($why)"
         skipped=$((skipped + 1))
+        _tap "ok" "$name" " # SKIP $why"
     else
         echo "FAIL: $name ($detail, $s s)"
         sed 's/^/    | /' "$log" | tail -n 60
         failed=$((failed + 1))
+        _tap "not ok" "$name"
     fi
+}
+
+# _tap RESULT NAME [DIRECTIVE]: the TAP line of the test just counted (with
+# XQP_TAP=1); a '#' in NAME would start a directive: it becomes 'no.'
+_tap() {
+    [[ ${XQP_TAP:-0} == 1 ]] || return 0
+    local name=${2//#/no.}
+    echo "$1 $((passed + failed + skipped)) - $name${3:-}"
 }
 
 # test_summary PREFIX: the counts; false when a test failed, and when none
@@ -60,6 +75,7 @@ test_end() {
 # that tested nothing is no pass
 test_summary() {
     echo "$1: $passed passed, $failed failed, $skipped skipped"
+    [[ ${XQP_TAP:-0} != 1 ]] || echo "1..$((passed + failed + skipped))"
     if [[ $((passed + failed)) == 0 ]]; then
         echo "$1: no test ran${ONLY:+ (the pattern '$ONLY' selects $skipped of them)}"
         return 1

@@ -31,5 +31,19 @@ check "timeout" timeout "$(failure_kind 124 "$WORK/crash")"
 check "UCX's crash line" "signal 11" "$(failure_kind 1 "$WORK/crash")"
 check "killed by a signal" "signal 9" "$(failure_kind 137 "$WORK/empty")"
 check "plain exit" "exit 1" "$(failure_kind 1 "$WORK/empty")"
+# TAP (XQP_TAP=1): one line a result, numbered in order, the plan last
+tap_run() (
+    XQP_TAP=1 passed=0 failed=0 skipped=0
+    echo "the reason" > "$WORK/why"
+    test_begin "first"; test_end "first" 0 "$WORK/why"
+    test_begin "second #2"; test_end "second #2" 77 "$WORK/why"
+    test_begin "third"; test_end "third" 1 "$WORK/why" "exit 1"
+    test_summary t
+)
+tap_run > "$WORK/tap"
+check "TAP lines" "ok 1 - first|ok 2 - second no.2 # SKIP the reason|not ok 3 - third|1..3" \
+    "$(grep -E '^(ok|not ok|1\.\.)' "$WORK/tap" | paste -sd '|')"
+check "no TAP without XQP_TAP" "" \
+    "$(passed=0 failed=0 skipped=0; test_end x 0 "$WORK/why" | grep -E '^(ok|not ok)')"
 echo "lib.sh: $bad failed"
 [[ $bad == 0 ]]
