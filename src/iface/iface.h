@@ -317,6 +317,7 @@ private:
     /* a timerfd event_arm sets while requests are in flight, so that an
      * application asleep on event_fd() looks at the peer deadline too */
     UniqueFd            watch_fd_;
+    bool                watch_armed_ = false;
     UniqueFd            event_fd_;
     verbs::Cq           send_cq_;
     verbs::Cq           recv_cq_;

@@ -359,7 +359,14 @@ ucs_status_t Iface::event_arm(unsigned events)
 void Iface::arm_watch_timer()
 {
     if ((peer_timeout_ == 0) || (tx_spare_ == tx_spare_idle_)) {
-        return; /* an expired or disarmed timer stays quiet */
+        /* nothing in flight: a timer armed before must not wake the
+         * application for nothing (an expired one was read above) */
+        if (watch_armed_) {
+            const itimerspec off = {};
+            (void)timerfd_settime(watch_fd_.get(), 0, &off, nullptr);
+            watch_armed_ = false;
+        }
+        return;
     }
     const double s = ucs_time_to_sec(watch_period_);
     itimerspec its = {};
@@ -368,6 +375,7 @@ void Iface::arm_watch_timer()
     if ((its.it_value.tv_sec == 0) && (its.it_value.tv_nsec == 0)) {
         its.it_value.tv_nsec = 1;
     }
+    watch_armed_ = true;
     if (timerfd_settime(watch_fd_.get(), 0, &its, nullptr) != 0) {
         ucs_warn("xqp: %s: cannot set the peer deadline's timer: %s", resource_name_.c_str(),
                  strerror(errno));

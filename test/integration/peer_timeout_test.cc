@@ -42,10 +42,10 @@ protected:
 
     /* tx (with the deadline) connected to rx, which keeps every message
      * and has no more than kRxMax receive buffers */
-    void open_pair()
+    void open_pair(double peer_timeout = kPeerTimeout)
     {
         ASSERT_EQ(UCS_OK, b_->open_iface_with(kRxHeadroom,
-                                              {{"PEER_TIMEOUT", std::to_string(kPeerTimeout)}},
+                                              {{"PEER_TIMEOUT", std::to_string(peer_timeout)}},
                                               &tx_));
         ASSERT_EQ(UCS_OK,
                   b_->open_iface_with(kRxHeadroom,
@@ -147,6 +147,36 @@ TEST_F(PeerTimeout, WakesAnApplicationAsleepOnTheEventFd)
     EXPECT_GE(sleeps, 1u) << "the test never slept";
     EXPECT_LE(took, kFoundWithin);
     expect_timed_out();
+}
+
+/* Once nothing is in flight the deadline's timer is off: an application
+ * asleep on the event fd is not woken for it (it was armed while requests
+ * waited on the receiver; they complete well before it would expire). */
+TEST_F(PeerTimeout, AnIdleInterfaceSleepsUndisturbed)
+{
+    constexpr double kDeadline = 4.0; /* a look every 1 s */
+    open_pair(kDeadline);
+    overfill();
+    ASSERT_TRUE(b_->wait_for([&] { return stuck_.msgs.size() >= kRxMax; }));
+    ucs_status_t armed = UCS_ERR_BUSY;
+    for (int i = 0; (i < 1000) && (armed != UCS_OK); ++i) {
+        b_->progress();
+        armed = uct_iface_event_arm(tx_, UCT_EVENT_SEND_COMP | UCT_EVENT_RECV);
+    }
+    ASSERT_EQ(UCS_OK, armed) << "requests in flight: the timer is armed now";
+    stuck_.keep_all = false;
+    release_held(stuck_); /* the receiver takes the rest */
+    ASSERT_EQ(UCS_OK, b_->flush(ep_));
+    ASSERT_TRUE(b_->wait_for([&] {
+        b_->progress();
+        return uct_iface_event_arm(tx_, UCT_EVENT_SEND_COMP | UCT_EVENT_RECV) == UCS_OK;
+    })) << "the interface never became idle";
+    int fd = -1;
+    ASSERT_EQ(UCS_OK, uct_iface_event_fd_get(tx_, &fd));
+    pollfd p    = {fd, POLLIN, 0};
+    const int n = poll(&p, 1, 2000);
+    EXPECT_EQ(0, n) << "woken with nothing in flight";
+    EXPECT_EQ(kRxMax + kBeyond, stuck_.msgs.size());
 }
 
 /* Requests that need no completion (put_short is signaled only every so
