@@ -178,9 +178,15 @@ perf_cross() {
         echo "result: ucx_perftest $* -> $(grep '^Final:' "$log" | tr -s ' ')"
     fi
     if [[ $level == ucp ]]; then
-        # UCX's own log names the lanes of each endpoint configuration
-        grep -Eq "$EP_CFG.*xqp/$DEV:1" "$log" ||
-            { echo "host $ME: UCP did not use xqp/$DEV:1"; grep -E "$EP_CFG" "$log"; return 1; }
+        # UCX's own log names the lanes of each endpoint configuration: on
+        # xqp, and for tag matching and AM on every rail (multi-rail:
+        # xqp-vm --rails N; UCP puts RMA, atomics and stream on one)
+        local d devs=$DEV
+        [[ " $* " =~ " -t "(tag_bw|tag_lat|ucp_am_bw)" " ]] && devs=${XQP_VM_RDMA_DEVS:-$DEV}
+        for d in $devs; do
+            grep -Eq "$EP_CFG.*xqp/$d:1" "$log" ||
+                { echo "host $ME: UCP did not use xqp/$d:1"; grep -E "$EP_CFG" "$log"; return 1; }
+        done
         echo "result: host $ME lanes: $(grep -m1 -E "$EP_CFG" "$log" | sed -E "s/.*($EP_CFG)/\1/")"
     fi
 }
@@ -319,11 +325,13 @@ AGENT
         return 1
     fi
     # UCX_TLS=xqp,self: only xqp reaches the other host; UCP's log names
-    # xqp among each rank's tag-matching lanes
-    local r
+    # xqp among each rank's tag-matching lanes, on every rail
+    local r d
     for r in 0 1; do
-        grep -Eq "^\[[0-9]+,$r\]<std(out|err)>:.*$EP_CFG.*tag\(.*xqp/$DEV:1" "$WORK/mpi.out" ||
-            { echo "rank $r: UCP's tag lane is not on xqp/$DEV:1"; return 1; }
+        for d in ${XQP_VM_RDMA_DEVS:-$DEV}; do
+            grep -Eq "^\[[0-9]+,$r\]<std(out|err)>:.*$EP_CFG.*tag\(.*xqp/$d:1" "$WORK/mpi.out" ||
+                { echo "rank $r: UCP has no tag lane on xqp/$d:1"; return 1; }
+        done
         echo "result: rank $r lanes: $(grep -m1 -E "^\[[0-9]+,$r\]<std(out|err)>:.*$EP_CFG.*tag\(.*xqp/" \
                                        "$WORK/mpi.out" | sed -E "s/.*($EP_CFG)/\1/")"
     done
