@@ -15,6 +15,8 @@
 
 #include "compat/ucx.h"
 
+#include <cstdio>
+
 namespace xqp::compat {
 
 /* ------------------------------------------------------------------ configuration */
@@ -210,6 +212,11 @@ inline ucs_status_t rkey_compare(uct_component_t *, uct_rkey_t rkey1, uct_rkey_t
 
 /* ------------------------------------------------------------------ interface */
 
+/* whether iface reaches the interface at (dev_addr, iface_addr); when it
+ * does not, why, into why (why_len bytes, NUL-terminated; why may be null) */
+using iface_reachable_why_fn  = int (*)(const uct_iface_h iface, const uct_device_addr_t *dev_addr,
+                                        const uct_iface_addr_t *iface_addr, char *why,
+                                        size_t why_len);
 /* whether dev_addr is the device address of iface itself */
 using iface_is_same_device_fn = int (*)(const uct_iface_h iface,
                                         const uct_device_addr_t *dev_addr);
@@ -222,14 +229,27 @@ namespace detail {
 inline void iface_vfs_refresh(uct_iface_h) {}
 
 #ifdef XQP_UCX_HAVE_IFACE_INTERNAL_OPS_IFACE_IS_REACHABLE_V2
-template <uct_iface_is_reachable_func_t IsReachable, iface_is_same_device_fn IsSameDevice>
+template <iface_reachable_why_fn IsReachable, iface_is_same_device_fn IsSameDevice>
 int iface_is_reachable_v2(const uct_iface_h iface, const uct_iface_is_reachable_params_t *params)
 {
+    /* why not, for the caller's info string (UCX's own transports fill it) */
+    char *why = (params->field_mask & UCT_IFACE_IS_REACHABLE_FIELD_INFO_STRING) ?
+                        params->info_string : nullptr;
+    const size_t why_len = (params->field_mask & UCT_IFACE_IS_REACHABLE_FIELD_INFO_STRING_LENGTH) ?
+                                   params->info_string_length : 0;
+    if ((why != nullptr) && (why_len == 0)) {
+        why = nullptr;
+    }
     /* an xqp interface is reached through both addresses (IP, port) */
     const uint64_t need = UCT_IFACE_IS_REACHABLE_FIELD_DEVICE_ADDR |
                           UCT_IFACE_IS_REACHABLE_FIELD_IFACE_ADDR;
-    if (((params->field_mask & need) != need) ||
-        !IsReachable(iface, params->device_addr, params->iface_addr)) {
+    if ((params->field_mask & need) != need) {
+        if (why != nullptr) {
+            std::snprintf(why, why_len, "xqp needs the device and the interface address");
+        }
+        return 0;
+    }
+    if (!IsReachable(iface, params->device_addr, params->iface_addr, why, why_len)) {
         return 0;
     }
 #  ifdef XQP_UCX_HAVE_IS_REACHABLE_SCOPE
@@ -261,7 +281,7 @@ int ep_is_connected(uct_ep_h ep, const uct_ep_is_connected_params_t *params)
  * get that one, so their behaviour is UCX's own; later ones a table built
  * here from the same defaults and xqp's reachability and connection checks.
  */
-template <uct_iface_is_reachable_func_t IsReachable, iface_is_same_device_fn IsSameDevice,
+template <iface_reachable_why_fn IsReachable, iface_is_same_device_fn IsSameDevice,
           ep_is_connected_fn IsConnected>
 uct_iface_internal_ops_t *iface_internal_ops()
 {

@@ -61,6 +61,20 @@ static int iface_is_reachable(const uct_iface_h tl_iface, const uct_device_addr_
             reinterpret_cast<const uint8_t *>(iface_addr));
 }
 
+/* the same with the reason when not (uct_iface_is_reachable_v2's info string) */
+static int iface_is_reachable_why(const uct_iface_h tl_iface, const uct_device_addr_t *dev_addr,
+                                  const uct_iface_addr_t *iface_addr, char *why, size_t why_len)
+{
+    std::string reason;
+    const bool ok = Iface::from_unchecked(tl_iface)->is_reachable(
+            reinterpret_cast<const uint8_t *>(dev_addr),
+            reinterpret_cast<const uint8_t *>(iface_addr), &reason);
+    if (!ok && (why != nullptr) && (why_len > 0)) {
+        std::snprintf(why, why_len, "%s", reason.c_str());
+    }
+    return ok;
+}
+
 /* for UCX's "same device" reachability scope: the peer listens on our address */
 static int iface_is_same_device(const uct_iface_h tl_iface, const uct_device_addr_t *dev_addr)
 {
@@ -474,7 +488,7 @@ void Iface::open_listener(const std::string &device, unsigned port, const Config
 void Iface::start(const uct_iface_params_t *params, const Config &config)
 {
     handle_.owner = this;
-    auto *internal_ops  = compat::iface_internal_ops<iface_is_reachable, iface_is_same_device,
+    auto *internal_ops  = compat::iface_internal_ops<iface_is_reachable_why, iface_is_same_device,
                                                      ep::ep_is_connected>();
     ucs_status_t status = UCS_CLASS_INIT(uct_base_iface_t, &handle_.super, &iface_ops,
                                          internal_ops, md_->handle(), worker_, params, &config.super
@@ -577,12 +591,27 @@ void Iface::get_address(uint8_t *addr) const
     pack_iface_address(reinterpret_cast<const sockaddr *>(&listen_addr_), addr);
 }
 
-bool Iface::is_reachable(const uint8_t *dev_addr, const uint8_t *iface_addr) const
+bool Iface::is_reachable(const uint8_t *dev_addr, const uint8_t *iface_addr,
+                         std::string *why) const
 {
-    std::string why;
-    const auto dst = unpack_address(dev_addr, iface_addr, &why);
+    std::string bad;
+    const auto dst = unpack_address(dev_addr, iface_addr, &bad);
+    if (!dst) {
+        if (why != nullptr) {
+            *why = "xqp: not an xqp address: " + bad;
+        }
+        return false;
+    }
     /* rdma_cm resolves within the address family the listener uses */
-    return dst && (dst->ss_family == listen_addr_.ss_family);
+    if (dst->ss_family != listen_addr_.ss_family) {
+        if (why != nullptr) {
+            *why = std::string("xqp: the peer listens on ") +
+                   ((dst->ss_family == AF_INET6) ? "IPv6" : "IPv4") + ", this interface on " +
+                   ((listen_addr_.ss_family == AF_INET6) ? "IPv6" : "IPv4");
+        }
+        return false;
+    }
+    return true;
 }
 
 /* ------------------------------------------------------------------ open */

@@ -216,7 +216,9 @@ public:
     }
     void get_device_address(uint8_t *addr) const;
     void get_address(uint8_t *addr) const;
-    bool is_reachable(const uint8_t *dev_addr, const uint8_t *iface_addr) const;
+    /* when not, why says why (when given) */
+    bool is_reachable(const uint8_t *dev_addr, const uint8_t *iface_addr,
+                      std::string *why = nullptr) const;
 
     const std::string &resource_name() const { return resource_name_; }
     const wireup::WireupConfig &wireup_config() const { return wireup_config_; }

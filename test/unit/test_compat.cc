@@ -115,7 +115,8 @@ ucs_status_t test_rkey_unpack(uct_component_t *, const void *rkey_buffer, uct_rk
     return UCS_OK;
 }
 
-int test_is_reachable(const uct_iface_h, const uct_device_addr_t *, const uct_iface_addr_t *)
+int test_is_reachable(const uct_iface_h, const uct_device_addr_t *, const uct_iface_addr_t *,
+                      char *, size_t)
 {
     return 1;
 }
