@@ -1002,6 +1002,25 @@ TEST_F(Datapath, EpCheckProbesTheConnection)
     errors_at_start_ = b_->ep_errors.size(); /* that error was the point */
 }
 
+/* uct_ep_check with a completion on an endpoint still connecting: the
+ * probe is kept like any request made then and completes once connected
+ * (UCX 1.22's test_uct_ep_check_async.comp_during_wireup; before, xqp said
+ * UCS_ERR_NO_RESOURCE). Without a completion it still says that. */
+TEST_F(Datapath, EpCheckWhileConnectingCompletesOnceConnected)
+{
+    uct_ep_h raw = nullptr;
+    ASSERT_EQ(UCS_OK, b_->create_ep(b_->sender, b_->receiver, &raw));
+    std::unique_ptr<uct_ep, decltype(&uct_ep_destroy)> e(raw, uct_ep_destroy);
+    ASSERT_NE(XQP_CONN_CONNECTED, wireup_state(e.get())) << "connected at once: nothing to test";
+    EXPECT_EQ(UCS_ERR_NO_RESOURCE, uct_ep_check(e.get(), 0, nullptr));
+    Comp comp;
+    ASSERT_EQ(UCS_INPROGRESS, uct_ep_check(e.get(), 0, &comp.uct));
+    ASSERT_TRUE(b_->wait_for([&] { return comp.calls > 0; })) << "the probe never completed";
+    EXPECT_EQ(1, comp.calls);
+    EXPECT_EQ(UCS_OK, comp.status);
+    EXPECT_EQ(UCS_OK, b_->flush(e.get()));
+}
+
 /* A peer's death reaches the application through the error handler, from
  * progress. Until that has run, requests on the endpoint are taken as
  * before (UCX's test_uct_peer_failure.peer_failure puts right after its
