@@ -554,12 +554,12 @@ ucs_status_t Endpoint::check(uct_completion_t *comp)
          * succeeded, as UCX's transports answer */
         return UCS_OK;
     }
-    if ((st != State::Connected) && (comp == nullptr)) {
-        return UCS_ERR_NO_RESOURCE; /* the connect timeout bounds this phase */
-    }
     /* with a completion while connecting, the probe is kept like any
      * request made then and goes first once connected (UCX 1.22's
      * test_uct_ep_check_async.comp_during_wireup) */
+    if ((st != State::Connected) && (comp == nullptr)) {
+        return UCS_ERR_NO_RESOURCE; /* the connect timeout bounds this phase */
+    }
     if ((outstanding() > 0) && (comp == nullptr)) {
         /* requests in flight: a dead peer fails them (RC retry timeout, or
          * UCX_XQP_PEER_TIMEOUT where the NIC never reports it) and the

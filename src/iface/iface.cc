@@ -53,26 +53,24 @@ static ucs_status_t iface_get_address(uct_iface_h tl_iface, uct_iface_addr_t *ad
     return UCS_OK;
 }
 
-static int iface_is_reachable(const uct_iface_h tl_iface, const uct_device_addr_t *dev_addr,
-                              const uct_iface_addr_t *iface_addr)
-{
-    return Iface::from_unchecked(tl_iface)->is_reachable(
-            reinterpret_cast<const uint8_t *>(dev_addr),
-            reinterpret_cast<const uint8_t *>(iface_addr));
-}
-
-/* the same with the reason when not (uct_iface_is_reachable_v2's info string) */
+/* uct_iface_is_reachable_v2: with the reason when not (its info string) */
 static int iface_is_reachable_why(const uct_iface_h tl_iface, const uct_device_addr_t *dev_addr,
                                   const uct_iface_addr_t *iface_addr, char *why, size_t why_len)
 {
     std::string reason;
     const bool ok = Iface::from_unchecked(tl_iface)->is_reachable(
             reinterpret_cast<const uint8_t *>(dev_addr),
-            reinterpret_cast<const uint8_t *>(iface_addr), &reason);
+            reinterpret_cast<const uint8_t *>(iface_addr), (why != nullptr) ? &reason : nullptr);
     if (!ok && (why != nullptr) && (why_len > 0)) {
         std::snprintf(why, why_len, "%s", reason.c_str());
     }
     return ok;
+}
+
+static int iface_is_reachable(const uct_iface_h tl_iface, const uct_device_addr_t *dev_addr,
+                              const uct_iface_addr_t *iface_addr)
+{
+    return iface_is_reachable_why(tl_iface, dev_addr, iface_addr, nullptr, 0);
 }
 
 /* for UCX's "same device" reachability scope: the peer listens on our address */

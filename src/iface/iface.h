@@ -122,6 +122,8 @@ public:
     void watch_peers();
     /* event_arm: the timerfd wakes the application for the next look */
     void arm_watch_timer();
+    /* a deadline is set and requests are in flight */
+    bool watching() const { return (peer_timeout_ != 0) && (tx_spare_ != tx_spare_idle_); }
 
     TxOp *get_op()
     {

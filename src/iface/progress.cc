@@ -187,8 +187,8 @@ unsigned Iface::progress()
 
 void Iface::watch_peers()
 {
-    if ((peer_timeout_ == 0) || (tx_spare_ == tx_spare_idle_)) {
-        return; /* no deadline, or nothing in flight */
+    if (!watching()) {
+        return;
     }
     const ucs_time_t now = ucs_get_time();
     if (now < next_watch_) {
@@ -358,8 +358,8 @@ ucs_status_t Iface::event_arm(unsigned events)
 
 void Iface::arm_watch_timer()
 {
-    if ((peer_timeout_ == 0) || (tx_spare_ == tx_spare_idle_)) {
-        /* nothing in flight: a timer armed before must not wake the
+    if (!watching()) {
+        /* no deadline, or nothing in flight: a timer armed before must not wake the
          * application for nothing (an expired one was read above) */
         if (watch_armed_) {
             const itimerspec off = {};
