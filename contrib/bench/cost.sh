@@ -212,7 +212,7 @@ label() {
         r=$(awk -v r="$row" '$1 == r { print $2 }' "$tmp/rc_verbs.res")
         awk -v l="$(label "$row")" -v x="${x:-?}" -v r="${r:-?}" 'BEGIN {
             if (x == "?" || r == "?" || r + 0 <= 0) { ratio = "?"; met = "?" }
-            else { ratio = sprintf("%.2f", x / r); met = (ratio + 0 <= 0.90) ? "yes" : "no" }
+            else { ratio = sprintf("%.2f", x / r); met = (x / r <= 0.90) ? "yes" : "no" }  # the exact ratio, not the rounded one
             printf "%s\t%s\t%s\t%s\t<= 0.90\t%s\n", l, x, r, ratio, met }'
     done
 } > "$out/cost.tsv"

@@ -260,12 +260,19 @@ private:
     inline void handle_send_completion_inl(const ibv_wc &wc, ep::Endpoint *draining);
     ep::Endpoint *ep_of_qp(uint32_t qp_num) const;
     void handle_recv_completion(const ibv_wc &wc);
+    /* its body, inlined into handle_recv_completions' loop; the rare
+     * cases (errors, sharing's notices, malformed messages) are
+     * recv_unusual's */
+    inline void handle_recv_completion_inl(const ibv_wc &wc);
+    void recv_unusual(const ibv_wc &wc, uint8_t *buf);
     /* the receive buffers' layout from the AM alignment parameters; throws
      * Error (UCS_ERR_INVALID_PARAM) on invalid ones */
     void rx_layout(const uct_iface_params_t *params);
-    uint8_t *rx_data(uint8_t *buf) const;
+    uint8_t *rx_data(uint8_t *buf) const { return buf + rx_data_offset_; }
     /* into the shared receive queue, or back to the pool when it is full */
     void post_rx(uint8_t *buf);
+    /* its body, inlined into the receive path */
+    inline void post_rx_inl(uint8_t *buf);
     /* posts the gathered buffers */
     void post_rx_batch();
     /* a descriptor was kept: another buffer (the pool grows) takes its place */
@@ -349,6 +356,7 @@ private:
     TxOp               *free_ops_ = nullptr;
     /* completions event_arm polled early: (from the receive CQ, wc) */
     std::vector<std::pair<bool, ibv_wc>> stash_;
+    bool                stashed_ = false; /* stash_ holds some: progress's one test */
     size_t              rx_headroom_ = 0;
     /* where a receive buffer's payload starts: after the alignment pad, the
      * release descriptor pointer and the headroom (see rx_layout) */
@@ -381,7 +389,11 @@ private:
     ucs_time_t          peer_timeout_ = 0;
     ucs_time_t          watch_period_ = 0;
     ucs_time_t          next_watch_   = 0;
-    unsigned            idle_polls_   = 0;
+    unsigned            idle_polls_left_ = kWatchPolls;
+    /* progress: calls that find receives and may still leave the send CQ
+     * to the next call */
+    static constexpr unsigned kRxFirstPolls = 8;
+    unsigned            rx_first_left_ = kRxFirstPolls;
     std::unique_ptr<wireup::RdmaCmOps> cm_;
     wireup::VerbsEceProvider ece_provider_;
     bool                async_handler_ = false;

@@ -118,14 +118,6 @@ unsigned Iface::progress_ready()
     return count;
 }
 
-unsigned Iface::handle_recv_completions(const ibv_wc *wcs, int n)
-{
-    for (int i = 0; i < n; ++i) {
-        handle_recv_completion(wcs[i]);
-    }
-    return static_cast<unsigned>(n);
-}
-
 unsigned Iface::handle_send_completions(const ibv_wc *wcs, int n)
 {
     for (int i = 0; i < n; ++i) {
@@ -140,21 +132,34 @@ unsigned Iface::progress()
     ibv_wc wcs[16];
 
     /* completions event_arm took out of the CQs first */
-    if (ucs_unlikely(!stash_.empty())) {
+    if (ucs_unlikely(stashed_)) {
+        stashed_ = false;
         count += progress_stash();
     }
 
-    /* receives first: in a ping-pong the answer is what the caller waits for */
+    /* receives first: in a ping-pong the answer is what the caller waits
+     * for. As UCX's rc_verbs does, a call that found some leaves the send
+     * CQ to the next one; of kRxFirstPolls calls that find receives, the
+     * last polls it too, so that a stream of receives cannot hold back
+     * the resources send completions return. */
     int n = ibv_poll_cq(recv_cq_.get(), 16, wcs);
+    bool poll_tx = true;
     if (n > 0) {
         count += handle_recv_completions(wcs, n);
+        if (ucs_likely(--rx_first_left_ != 0)) {
+            poll_tx = false;
+        } else {
+            rx_first_left_ = kRxFirstPolls;
+        }
     }
-    n = ibv_poll_cq(send_cq_.get(), 16, wcs);
-    if (n > 0) {
-        count += handle_send_completions(wcs, n);
-    } else if (ucs_unlikely(++idle_polls_ >= kWatchPolls)) {
-        idle_polls_ = 0;
-        watch_peers();
+    if (poll_tx) {
+        n = ibv_poll_cq(send_cq_.get(), 16, wcs);
+        if (n > 0) {
+            count += handle_send_completions(wcs, n);
+        } else if (ucs_unlikely(--idle_polls_left_ == 0)) {
+            idle_polls_left_ = kWatchPolls;
+            watch_peers();
+        }
     }
 
     if (ucs_unlikely(tx_returned_)) {
@@ -350,6 +355,7 @@ ucs_status_t Iface::event_arm(unsigned events)
         }
     }
     if (!stash_.empty()) {
+        stashed_ = true;
         return UCS_ERR_BUSY;
     }
     arm_watch_timer();

@@ -41,14 +41,9 @@ void Iface::rx_layout(const uct_iface_params_t *params)
     rx_data_offset_ = ((min_offset + align_offset + rx_align_ - 1) & ~(rx_align_ - 1)) - align_offset;
 }
 
-uint8_t *Iface::rx_data(uint8_t *buf) const
+UCS_F_ALWAYS_INLINE void Iface::post_rx_inl(uint8_t *buf)
 {
-    return buf + rx_data_offset_;
-}
-
-void Iface::post_rx(uint8_t *buf)
-{
-    if (rx_posted_ + rx_batched_ >= rx_queue_len_) {
+    if (ucs_unlikely(rx_posted_ + rx_batched_ >= rx_queue_len_)) {
         rx_pool_->put(buf); /* the queue is full: a spare for later */
         return;
     }
@@ -59,6 +54,11 @@ void Iface::post_rx(uint8_t *buf)
     if ((rx_batched_ >= rx_batch_len_) || ucs_unlikely(rx_posted_ < rx_batch_len_)) {
         post_rx_batch();
     }
+}
+
+void Iface::post_rx(uint8_t *buf)
+{
+    post_rx_inl(buf);
 }
 
 void Iface::post_rx_batch()
@@ -123,10 +123,46 @@ void Iface::release_desc(uct_recv_desc_t *self, void *desc)
     iface->post_rx(static_cast<uint8_t *>(desc) + iface->rx_headroom_ - iface->rx_data_offset_);
 }
 
-void Iface::handle_recv_completion(const ibv_wc &wc)
+UCS_F_ALWAYS_INLINE void Iface::handle_recv_completion_inl(const ibv_wc &wc)
 {
     auto *buf = reinterpret_cast<uint8_t *>(wc.wr_id);
     --rx_posted_;
+    /* the AM id travels as immediate data, so the payload is all the user's */
+    const uint32_t am_id = ntohl(wc.imm_data);
+    if (ucs_unlikely((wc.status != IBV_WC_SUCCESS) || !(wc.wc_flags & IBV_WC_WITH_IMM) ||
+                     (am_id >= UCT_AM_ID_MAX))) {
+        recv_unusual(wc, buf);
+        return;
+    }
+    uint8_t *data             = rx_data(buf);
+    const ucs_status_t status = uct_iface_invoke_am(&handle_.super, static_cast<uint8_t>(am_id),
+                                                    data, wc.byte_len, UCT_CB_PARAM_FLAG_DESC);
+    if (ucs_likely(status == UCS_OK)) {
+        post_rx_inl(buf);
+        return;
+    }
+    /* UCS_INPROGRESS: the handler kept the descriptor (UCP does for every
+     * unexpected message); uct_iface_release_desc gives it back. Another
+     * buffer takes its place now: held descriptors must not empty the
+     * queue, or every sender waits on receiver-not-ready for good. */
+    replace_kept_rx();
+}
+
+void Iface::handle_recv_completion(const ibv_wc &wc)
+{
+    handle_recv_completion_inl(wc);
+}
+
+unsigned Iface::handle_recv_completions(const ibv_wc *wcs, int n)
+{
+    for (int i = 0; i < n; ++i) {
+        handle_recv_completion_inl(wcs[i]);
+    }
+    return static_cast<unsigned>(n);
+}
+
+void Iface::recv_unusual(const ibv_wc &wc, uint8_t *buf)
+{
     if (wc.status != IBV_WC_SUCCESS) {
         if (wc.status == IBV_WC_WR_FLUSH_ERR) {
             rx_pool_->put(buf);
@@ -138,35 +174,19 @@ void Iface::handle_recv_completion(const ibv_wc &wc)
         post_rx(buf);
         return;
     }
-    /* the AM id travels as immediate data, so the payload is all the user's */
     const uint32_t am_id = ntohl(wc.imm_data);
-    if (!(wc.wc_flags & IBV_WC_WITH_IMM) || (am_id >= UCT_AM_ID_MAX)) {
-        if (((am_id == kReleaseImm) || (am_id == kBoundImm)) &&
-            (wc.wc_flags & IBV_WC_WITH_IMM) && (wc.byte_len == 0)) {
-            post_rx(buf);
-            /* sharing: the peer sends on the connection from now on, or no more */
-            on_peer_notice(wc.qp_num, am_id == kBoundImm);
-            return;
-        }
-        ucs_error("xqp: %s: dropped a malformed message (%u bytes, %s, id %u) from qp 0x%x",
-                  resource_name_.c_str(), wc.byte_len,
-                  (wc.wc_flags & IBV_WC_WITH_IMM) ? "with immediate" : "no immediate", am_id,
-                  wc.src_qp);
+    if (((am_id == kReleaseImm) || (am_id == kBoundImm)) && (wc.wc_flags & IBV_WC_WITH_IMM) &&
+        (wc.byte_len == 0)) {
         post_rx(buf);
+        /* sharing: the peer sends on the connection from now on, or no more */
+        on_peer_notice(wc.qp_num, am_id == kBoundImm);
         return;
     }
-    uint8_t *data             = rx_data(buf);
-    const ucs_status_t status = uct_iface_invoke_am(&handle_.super, static_cast<uint8_t>(am_id),
-                                                    data, wc.byte_len, UCT_CB_PARAM_FLAG_DESC);
-    if (status == UCS_OK) {
-        post_rx(buf);
-        return;
-    }
-    /* UCS_INPROGRESS: the handler kept the descriptor (UCP does for every
-     * unexpected message); uct_iface_release_desc gives it back. Another
-     * buffer takes its place now: held descriptors must not empty the
-     * queue, or every sender waits on receiver-not-ready for good. */
-    replace_kept_rx();
+    ucs_error("xqp: %s: dropped a malformed message (%u bytes, %s, id %u) from qp 0x%x",
+              resource_name_.c_str(), wc.byte_len,
+              (wc.wc_flags & IBV_WC_WITH_IMM) ? "with immediate" : "no immediate", am_id,
+              wc.src_qp);
+    post_rx(buf);
 }
 
 void Iface::on_peer_notice(uint32_t qp_num, bool sends)
