@@ -353,13 +353,8 @@ ucs_status_t Endpoint::completion_error(ucs_status_t status, ibv_wc_status wc_st
     return completion_status(status);
 }
 
-void Endpoint::on_send_completion(uint64_t sn)
+void Endpoint::complete_flushes()
 {
-    if (sn <= completed_sn_) {
-        return; /* retired already by a later completion (cannot happen: in order) */
-    }
-    iface_->tx_completed(sn - completed_sn_);
-    completed_sn_ = sn; /* returns the send queue slots of those up to sn */
     while (!flushes_.empty() && (flushes_.front().first <= completed_sn_)) {
         uct_completion_t *comp = flushes_.front().second;
         flushes_.erase(flushes_.begin());

@@ -89,7 +89,17 @@ public:
 
     /* the request with sequence number sn completed, and with it every
      * request posted before it */
-    void on_send_completion(uint64_t sn);
+    void on_send_completion(uint64_t sn)
+    {
+        if (sn <= completed_sn_) {
+            return; /* retired already by a later completion (cannot happen: in order) */
+        }
+        iface_->tx_completed(sn - completed_sn_);
+        completed_sn_ = sn; /* returns the send queue slots of those up to sn */
+        if (ucs_unlikely(!flushes_.empty())) {
+            complete_flushes();
+        }
+    }
     /* a request of this endpoint completed with an error: fails the
      * endpoint unless it failed already; returns the status to report */
     ucs_status_t completion_error(ucs_status_t status, ibv_wc_status wc_status);
@@ -201,6 +211,8 @@ private:
     inline ucs_status_t post(ibv_send_wr *wr, iface::TxOp *op);
     /* post() with a fence, a forced signal or a deferral to apply */
     ucs_status_t post_slow(ibv_send_wr *wr, iface::TxOp *op);
+    /* the flushes the requests completed so far satisfy */
+    void complete_flushes();
     /* wr_id and signaling of a request numbered posted_sn_ + 1 */
     void prepare(ibv_send_wr *wr, iface::TxOp *op) const
     {

@@ -198,6 +198,8 @@ public:
     /* a request ended with status (main thread): its results, completion,
      * buffer and TxOp, then its endpoint's send queue accounting */
     void finish_op(TxOp *op, ucs_status_t status);
+    /* its body, inlined into the completion path */
+    inline void finish_op_inl(TxOp *op, ucs_status_t status);
     /* polls the send CQ until ep has no work request in flight (or timeout) */
     void drain(ep::Endpoint *ep);
     /* polls the send CQ until done() holds, 5 s at most; false on timeout */
@@ -258,6 +260,8 @@ private:
     void handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining = nullptr);
     /* its body, inlined into progress's loop */
     inline void handle_send_completion_inl(const ibv_wc &wc, ep::Endpoint *draining);
+    /* the rare cases: an error, or an unsignaled request's completion */
+    void send_unusual(const ibv_wc &wc, ep::Endpoint *draining);
     ep::Endpoint *ep_of_qp(uint32_t qp_num) const;
     void handle_recv_completion(const ibv_wc &wc);
     /* its body, inlined into handle_recv_completions' loop; the rare

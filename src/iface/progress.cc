@@ -28,42 +28,7 @@ ep::Endpoint *Iface::ep_of_qp(uint32_t qp_num) const
     return nullptr;
 }
 
-void Iface::handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining)
-{
-    handle_send_completion_inl(wc, draining);
-}
-
-UCS_F_ALWAYS_INLINE void Iface::handle_send_completion_inl(const ibv_wc &wc,
-                                                           ep::Endpoint *draining)
-{
-    ucs_status_t status = UCS_OK;
-    if (wc.status != IBV_WC_SUCCESS) {
-        status = ((wc.status == IBV_WC_RETRY_EXC_ERR) || (wc.status == IBV_WC_RNR_RETRY_EXC_ERR)) ?
-                         UCS_ERR_ENDPOINT_TIMEOUT :
-                 (wc.status == IBV_WC_WR_FLUSH_ERR) ? UCS_ERR_CANCELED :
-                                                      UCS_ERR_IO_ERROR;
-    }
-    if (ucs_unlikely(wc.wr_id & 1)) {
-        /* an unsignaled request (see TxOp): only errors get here. Its
-         * endpoint may be gone already (destroyed while it failed). */
-        ep::Endpoint *ep = ((draining != nullptr) && draining->has_qp(wc.qp_num)) ?
-                                   draining :
-                                   ep_of_qp(wc.qp_num);
-        if (ep != nullptr) {
-            ep->completion_error(status, wc.status);
-            ep->on_send_completion(wc.wr_id >> 1);
-        }
-        tx_returned_ = true;
-        return;
-    }
-    auto *op = reinterpret_cast<TxOp *>(wc.wr_id);
-    if (ucs_unlikely(status != UCS_OK) && (op->ep != nullptr)) {
-        status = op->ep->completion_error(status, wc.status);
-    }
-    finish_op(op, status);
-}
-
-void Iface::finish_op(TxOp *op, ucs_status_t status)
+UCS_F_ALWAYS_INLINE void Iface::finish_op_inl(TxOp *op, ucs_status_t status)
 {
     if (status == UCS_OK) {
         if (op->kind == TxOp::Kind::GetBcopy) {
@@ -89,6 +54,55 @@ void Iface::finish_op(TxOp *op, ucs_status_t status)
     /* bounce buffers and TxOps are shared by all endpoints: any of them may
      * have been waiting for the ones just returned */
     tx_returned_ = true;
+}
+
+void Iface::handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining)
+{
+    handle_send_completion_inl(wc, draining);
+}
+
+UCS_F_ALWAYS_INLINE void Iface::handle_send_completion_inl(const ibv_wc &wc,
+                                                           ep::Endpoint *draining)
+{
+    if (ucs_likely((wc.status == IBV_WC_SUCCESS) && !(wc.wr_id & 1))) {
+        finish_op_inl(reinterpret_cast<TxOp *>(wc.wr_id), UCS_OK);
+        return;
+    }
+    send_unusual(wc, draining);
+}
+
+void Iface::send_unusual(const ibv_wc &wc, ep::Endpoint *draining)
+{
+    ucs_status_t status = UCS_OK;
+    if (wc.status != IBV_WC_SUCCESS) {
+        status = ((wc.status == IBV_WC_RETRY_EXC_ERR) || (wc.status == IBV_WC_RNR_RETRY_EXC_ERR)) ?
+                         UCS_ERR_ENDPOINT_TIMEOUT :
+                 (wc.status == IBV_WC_WR_FLUSH_ERR) ? UCS_ERR_CANCELED :
+                                                      UCS_ERR_IO_ERROR;
+    }
+    if (wc.wr_id & 1) {
+        /* an unsignaled request (see TxOp): only errors get here. Its
+         * endpoint may be gone already (destroyed while it failed). */
+        ep::Endpoint *ep = ((draining != nullptr) && draining->has_qp(wc.qp_num)) ?
+                                   draining :
+                                   ep_of_qp(wc.qp_num);
+        if (ep != nullptr) {
+            ep->completion_error(status, wc.status);
+            ep->on_send_completion(wc.wr_id >> 1);
+        }
+        tx_returned_ = true;
+        return;
+    }
+    auto *op = reinterpret_cast<TxOp *>(wc.wr_id);
+    if (op->ep != nullptr) {
+        status = op->ep->completion_error(status, wc.status);
+    }
+    finish_op_inl(op, status);
+}
+
+void Iface::finish_op(TxOp *op, ucs_status_t status)
+{
+    finish_op_inl(op, status);
 }
 
 unsigned Iface::progress_stash()
