@@ -491,6 +491,7 @@ ucs_status_t Endpoint::rdma_zcopy(ibv_wr_opcode opcode, const uct_iov_t *iov, si
     }
     iface::TxOp *op = iface_->get_op();
     op->comp        = comp;
+    op->length      = static_cast<uint32_t>(total); /* the peer deadline's allowance */
     ibv_send_wr wr;
     init_wr(wr, sge, num_sge);
     set_rdma(wr, opcode, remote_addr, rkey);

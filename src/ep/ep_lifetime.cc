@@ -215,6 +215,9 @@ void Endpoint::on_closed(wireup::Connection &)
     schedule_progress();
 }
 
+/* the peer deadline's floor on a live link's rate, in bytes per second */
+constexpr double kMinPeerRate = 1024.0 * 1024.0;
+
 void Endpoint::watch(ucs_time_t now, ucs_time_t timeout)
 {
     if ((state() != State::Connected) || (outstanding() == 0)) {
@@ -226,7 +229,8 @@ void Endpoint::watch(ucs_time_t now, ucs_time_t timeout)
         watch_since_ = now;
         return;
     }
-    if (now - watch_since_ < timeout) {
+    const ucs_time_t quiet = now - watch_since_;
+    if (quiet < timeout) {
         /* requests that need no completion complete with the next one that
          * does: a probe behind them, so that a live peer always answers */
         if ((unsignaled() > 0) && (tx_check() == UCS_OK)) {
@@ -234,11 +238,18 @@ void Endpoint::watch(ucs_time_t now, ucs_time_t timeout)
         }
         return;
     }
-    char why[160];
+    /* a large request takes time of its own: one second more per MiB in
+     * flight (a live link moves at least kMinPeerRate). Counted only once
+     * the deadline has passed: it walks every TxOp. */
+    const double bytes = static_cast<double>(iface_->bytes_in_flight(this, completed_sn_));
+    if (quiet < timeout + ucs_time_from_sec(bytes / kMinPeerRate)) {
+        return;
+    }
+    char why[192];
     std::snprintf(why, sizeof(why),
-                  "%u requests in flight and none completed for %.1f s (UCX_XQP_PEER_TIMEOUT): "
-                  "the peer is gone or takes no messages",
-                  outstanding(), ucs_time_to_sec(now - watch_since_));
+                  "%u requests in flight (%.0f bytes) and none completed for %.1f s "
+                  "(UCX_XQP_PEER_TIMEOUT): the peer is gone or takes no messages",
+                  outstanding(), bytes, ucs_time_to_sec(quiet));
     iface::WireupGuard guard(*iface_);
     if (!destroying_ && (state() == State::Connected)) {
         ucs_diag("xqp: ep %p to %s: %s", this, iface::to_string(dst_).c_str(), why);

@@ -76,6 +76,8 @@ struct TxOp {
     Kind                  kind   = Kind::Plain;
     uct_unpack_callback_t unpack = nullptr;
     void                 *unpack_arg = nullptr;
+    /* the bytes it moves, where they can be many (zcopy, get_bcopy): the
+     * peer deadline allows for them (bytes_in_flight) */
     uint32_t              length = 0;
     uint64_t             *result = nullptr;
     TxOp                 *next_free = nullptr;
@@ -120,6 +122,9 @@ public:
     /* the peer deadline: looks at the endpoints with requests in flight
      * when a watch period has passed (main thread) */
     void watch_peers();
+    /* the bytes of ep's requests after completed_sn still in flight (the
+     * peer deadline's allowance; walks every TxOp) */
+    uint64_t bytes_in_flight(const ep::Endpoint *ep, uint64_t completed_sn) const;
     /* event_arm: the timerfd wakes the application for the next look */
     void arm_watch_timer();
     /* a deadline is set and requests are in flight */
@@ -134,7 +139,8 @@ public:
             free_ops_ = op->next_free;
             op->comp  = nullptr;
             op->buf   = nullptr;
-            op->kind  = TxOp::Kind::Plain;
+            op->kind   = TxOp::Kind::Plain;
+            op->length = 0;
         }
         return op;
     }

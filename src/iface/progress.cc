@@ -220,6 +220,19 @@ void Iface::watch_peers()
     }
 }
 
+uint64_t Iface::bytes_in_flight(const ep::Endpoint *ep, uint64_t completed_sn) const
+{
+    /* a TxOp keeps ep and sn once free: a completed request's sn is not
+     * above completed_sn, and drain() clears ep for destroyed endpoints */
+    uint64_t bytes = 0;
+    for (const auto &op : ops_) {
+        if ((op.ep == ep) && (op.sn > completed_sn)) {
+            bytes += op.length;
+        }
+    }
+    return bytes;
+}
+
 void Iface::schedule_pending(ep::Endpoint *ep)
 {
     if (std::find(ready_.begin(), ready_.end(), ep) == ready_.end()) {

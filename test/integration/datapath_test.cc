@@ -940,6 +940,39 @@ TEST_F(Datapath, EpFlushCompletesAfterEverythingPostedBefore)
     EXPECT_EQ(UCS_OK, uct_ep_flush(ep(), 0, nullptr));
 }
 
+/* #38: UCX 1.22's uct_p2p_rma_test.get_zcopy/1 reads 245 MiB in one request
+ * through an endpoint to its own interface (one RC QP connected to itself)
+ * and found other bytes 203 MiB in. XQP_TEST_LOOPBACK_GET_MIB sets the size
+ * (default 192). */
+TEST_F(Datapath, ALargeGetThroughTheLoopbackQpReadsEveryByte)
+{
+    const char *mib = std::getenv("XQP_TEST_LOOPBACK_GET_MIB");
+    const size_t size = ((mib != nullptr) ? std::strtoul(mib, nullptr, 10) : 192) * kMiB;
+    Region remote(*b_, size);
+    Region dst(*b_, size);
+    ASSERT_EQ(UCS_OK, remote.status());
+    ASSERT_EQ(UCS_OK, dst.status());
+    const std::vector<uint8_t> data = make_pattern(size, 31);
+    std::memcpy(remote.ptr(), data.data(), size);
+
+    uct_ep_h raw = nullptr;
+    ASSERT_EQ(UCS_OK, b_->create_ep(b_->sender, b_->sender, &raw));
+    std::unique_ptr<uct_ep, decltype(&uct_ep_destroy)> e(raw, uct_ep_destroy);
+    uct_iov_t iov = {dst.ptr(), size, dst.memh(), 0, 1};
+    Comp comp;
+    const ssize_t r = b_->post([&]() -> ssize_t {
+        return uct_ep_get_zcopy(e.get(), &iov, 1, remote.addr(), remote.rkey(), &comp.uct);
+    });
+    ASSERT_TRUE((r == UCS_OK) || (r == UCS_INPROGRESS))
+            << ucs_status_string(static_cast<ucs_status_t>(r));
+    if (r == UCS_INPROGRESS) {
+        ASSERT_TRUE(b_->wait_for([&] { return comp.calls > 0; }, 4 * kTimeout))
+                << "the get never completed";
+        EXPECT_EQ(UCS_OK, comp.status);
+    }
+    EXPECT_TRUE(same_bytes(dst.ptr(), data.data(), size, "loopback get"));
+}
+
 TEST_F(Datapath, IfaceFlush)
 {
     ASSERT_EQ(UCS_OK, b_->flush(ep()));
