@@ -14,6 +14,7 @@ export XQP_EXPECT_DEVICE=${XQP_EXPECT_DEVICE:-${XQP_VM_RDMA_DEV:-rxe0}}
 export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no UCX_XQP_RCACHE=no
 export TSAN_OPTIONS="suppressions=$XQP_SRCDIR/test/tsan.supp halt_on_error=1 second_deadlock_stack=1 exitcode=66"
 export XQP_STRESS_ROUNDS=${XQP_STRESS_ROUNDS:-50} XQP_RACE_ROUNDS=${XQP_RACE_ROUNDS:-50}
+export XQP_TEST_LOOPBACK_GET_MIB=${XQP_TEST_LOOPBACK_GET_MIB:-16} # not the deadline's allowance
 log=$XQP_BUILDDIR/tsan-datapath.log
 rc=0
 LD_PRELOAD=$XQP_PLUGIN "$XQP_BUILDDIR/test/integration/xqp_datapath_tests" \

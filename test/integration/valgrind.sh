@@ -46,7 +46,8 @@ DP_LOG=$XQP_BUILDDIR/valgrind-datapath.log
 # (not the 64-endpoint flood: a flow test of 19200 messages, minutes under valgrind)
 dp_start=$SECONDS
 rc=0
-LD_PRELOAD=$XQP_PLUGIN "${VG[@]}" "$TESTS/xqp_datapath_tests" \
+# (the loopback get with 16 MiB: the memory checks, not the peer deadline's allowance)
+XQP_TEST_LOOPBACK_GET_MIB=16 LD_PRELOAD=$XQP_PLUGIN "${VG[@]}" "$TESTS/xqp_datapath_tests" \
     --gtest_filter='*_1B:*_8B:*_1KiB:*_64KiB:Datapath.*:Atomics.*:Pending.*-Pending.ManyEndpointsFlooding*' \
     > "$DP_LOG" 2>&1 || rc=$?
 check "data path: RMA, AM, atomics, flush, pending (xqp_datapath_tests, 1 B..64 KiB)" "$DP_LOG" "$rc"
