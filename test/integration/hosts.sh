@@ -338,6 +338,214 @@ AGENT
     echo "result: $(grep -m1 -E '^\[[0-9]+,0\]<stdout>:mpi ok' "$WORK/mpi.out" | sed 's/^[^:]*://')"
 }
 
+# ---------------------------------------------------------------- faults on the wire
+NETDEV=${XQP_VM_NETDEV:-xqp0}
+
+# Delay and loss (netem on each host's egress, so both directions): UCP's
+# client/server exchanges over UCX_TLS=xqp (stream, tag and AM echoes of
+# SIZE bytes, every byte compared by the client) complete, with the default
+# peer deadline. One server per size on host 0, the client on host 1; host 1
+# reports each exchange's time and the packets netem dropped.
+NETEM="delay 10ms loss 2%"
+NETEM_SIZES="8 65536 262144"
+CS_PROG=$XQP_BUILDDIR/test/integration/xqp_ucp_cs
+
+# the netdevs of every rail (xqp-vm --rails N)
+rail_netdevs() {
+    local d
+    for d in ${XQP_VM_RDMA_DEVS:-$DEV}; do
+        rdma link show "$d/1" | sed -n 's/.* netdev \([^ ]*\).*/\1/p'
+    done
+}
+netem_on() {
+    local n
+    modprobe sch_netem 2>/dev/null
+    for n in $(rail_netdevs); do
+        # shellcheck disable=SC2086
+        tc qdisc add dev "$n" root netem $NETEM || { echo "host $ME: tc netem on $n failed"; return 1; }
+    done
+}
+netem_off() {
+    local n
+    for n in $(rail_netdevs); do tc qdisc del dev "$n" root 2>/dev/null || :; done
+}
+netem_drops() {
+    local n
+    for n in $(rail_netdevs); do
+        echo "$n $(tc -s qdisc show dev "$n" | sed -n 's/.*(dropped \([0-9]*\),.*/\1/p' | head -1)"
+    done | tr '\n' ' '
+}
+
+netem_exchanges() {
+    local size port=$((PERF_PORT + 40)) rc=0 t0 took
+    for size in $NETEM_SIZES; do
+        port=$((port + 1))
+        if [[ $ME == 0 ]]; then
+            env UCX_TLS=xqp UCX_LOG_LEVEL=info UCX_WARN_UNUSED_ENV_VARS=n \
+                "$RUN" "$CS_PROG" server "$port" 1 "$size" > "$WORK/cs.server.$size" 2>&1 &
+            local server=$!
+            wait_listen "$port" || { kill -9 "$server"; cat "$WORK/cs.server.$size"; return 1; }
+            signal "listening.$size"
+            await "done.$size" 300 || rc=1
+            kill -9 "$server" 2>/dev/null
+            wait "$server" 2>/dev/null
+            grep -q '^served 1' "$WORK/cs.server.$size" ||
+                { echo "$size B: the server served nothing"; grep -v INFO "$WORK/cs.server.$size" | tail; rc=1; }
+            [[ $rc == 0 ]] || return 1
+        else
+            await "listening.$size" || return 1
+            t0=$(date +%s.%N)
+            env UCX_TLS=xqp UCX_LOG_LEVEL=info UCX_WARN_UNUSED_ENV_VARS=n timeout 240 \
+                "$RUN" "$CS_PROG" client "$XQP_VM_PEER_IP" "$port" 1 "$size" 0 \
+                > "$WORK/cs.client.$size" 2>&1 || rc=$?
+            took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+            signal "done.$size"
+            grep -Ev 'INFO|^\[' "$WORK/cs.client.$size" | head -20
+            grep -q '^client 1: stream tag am ok' "$WORK/cs.client.$size" ||
+                { echo "$size B: exchanges failed or differed (exit $rc)"; return 1; }
+            grep -q -E "$EP_CFG.*xqp/$DEV:1" "$WORK/cs.client.$size" ||
+                { echo "$size B: UCP did not use xqp"; return 1; }
+            # each echo moves SIZE bytes both ways: 6 SIZE in all
+            echo "result: $size B: stream, tag and AM echoes byte-exact in $took s with the connection" \
+                 "($(awk -v s="$size" -v t="$took" 'BEGIN { printf "%.3g", 6 * s / t / 1000 }') kB/s)"
+            # 13.4 s measured for 256 KiB; 60 s is 4x that with room for load
+            awk -v t="$took" 'BEGIN { exit !(t < 60) }' || { echo "$size B: $took s, bound 60 s"; return 1; }
+        fi
+    done
+}
+
+test_netem() {
+    local rc=0
+    netem_on || { netem_off; return 1; }
+    netem_exchanges || rc=1
+    echo "result: host $ME: packets netem '$NETEM' dropped: $(netem_drops)"
+    netem_off
+    return $rc
+}
+
+# Partition during connect: host 1 drops its own RoCE packets (UDP 4791:
+# the CM's requests as well as the data) while it connects to host 0. The
+# attempts time out (UCX_XQP_CONNECT_TIMEOUT, UCX_XQP_CONNECT_RETRIES) and
+# the endpoint fails with UCS_ERR_UNREACHABLE, bounded, with nothing held.
+# Once the partition heals, a new endpoint connects, and host 0 sees exactly
+# that one connection: nothing of the partitioned attempts.
+PART_TIMEOUT=3
+PART_RETRIES=1
+PART_BOUND=12 # 2 attempts of 3 s (6.3 s measured), twice that for load
+
+partition_on() {
+    modprobe -a sch_prio cls_u32 act_gact 2>/dev/null
+    if ! tc qdisc add dev "$NETDEV" root handle 1: prio ||
+       ! tc filter add dev "$NETDEV" parent 1: protocol ip prio 1 u32 \
+            match ip protocol 17 0xff match ip dport 4791 0xffff action drop; then
+        echo "host $ME: tc filter failed"
+        tc qdisc del dev "$NETDEV" root 2>/dev/null
+        return 1
+    fi
+}
+
+test_partition() {
+    local d=$SYNC/part rc=0 t0 took
+    if [[ $ME == 0 ]]; then
+        "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.a" --expect-passive 1 --done-file "$d.a.done" \
+            --wait-for "$d.b.done" --timeout 240 > "$WORK/part.out" 2>&1 || rc=$?
+        cat "$WORK/part.out"
+        [[ $rc == 0 ]] || { echo "xqp_wireup_peer exited $rc"; return 1; }
+        grep -q '^passive summary requests 1 connected 1$' "$WORK/part.out" ||
+            { echo "host 0 saw other than the one connection after the partition"; return 1; }
+        return 0
+    fi
+    partition_on || return 1
+    t0=$SECONDS
+    UCX_XQP_CONNECT_TIMEOUT=${PART_TIMEOUT}s UCX_XQP_CONNECT_RETRIES=$PART_RETRIES \
+        "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$WORK/part.b1" --connect-to "$d.a" --eps 1 \
+        --expect unreachable --check-leaks --timeout 120 > "$WORK/part.cut" 2>&1 || rc=$?
+    took=$((SECONDS - t0))
+    tc -s filter show dev "$NETDEV" parent 1: | grep -E 'action|Sent'
+    tc qdisc del dev "$NETDEV" root
+    cat "$WORK/part.cut"
+    [[ $rc == 0 ]] || { echo "the partitioned connect did not end UNREACHABLE as expected (exit $rc)"; return 1; }
+    local secs
+    secs=$(sed -n 's/^summary eps 1 connected 0 rejected 0 unreachable 1 seconds \([0-9.]*\) .*/\1/p' "$WORK/part.cut")
+    [[ -n $secs ]] || { echo "no summary of the partitioned connect"; return 1; }
+    echo "result: partitioned connect: UCS_ERR_UNREACHABLE after $secs s" \
+         "(${PART_RETRIES}+1 attempts of ${PART_TIMEOUT} s, bound $PART_BOUND s; $took s with the process)"
+    awk -v t="$secs" -v b="$PART_BOUND" 'BEGIN { exit !(t < b) }' || { echo "bound $PART_BOUND s exceeded"; return 1; }
+    # healed: a new endpoint connects to the same listener
+    rc=0
+    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.b" --connect-to "$d.a" --eps 1 \
+        --done-file "$d.b.done" --wait-for "$d.a.done" --timeout 120 > "$WORK/part.healed" 2>&1 || rc=$?
+    cat "$WORK/part.healed"
+    [[ $rc == 0 ]] || { echo "no connection after the partition healed (exit $rc)"; return 1; }
+}
+
+# A link cut mid-transfer, the peer alive: host 1 streams active messages to
+# host 0 and cuts its own link for 3 s. The endpoint must fail (the error
+# handler once, flush and new requests return the error) within CUT_BOUND
+# of the cut. rxe in the 6.1 guest kernel then drops every RoCE packet it
+# receives (UDP counts them, rxe's rcvd_pkts stays put), so no rdma_cm
+# connection from host 1 completes, xqp's or rping's; recreating the rxe
+# device ends it. The test reports whether that still happens, recreates
+# rxe0 and then requires a new endpoint to host 0's listener to connect.
+CUT_BOUND=30 # 5-9 s measured from the cut; the peer deadline (10 s) bounds it
+
+test_link_cut() {
+    local d=$SYNC/cut rc=0
+    if [[ $ME == 0 ]]; then
+        "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$d.a" --serve 300 > "$WORK/cut.serve" 2>&1 &
+        local server=$!
+        await over 300 || rc=1
+        kill "$server" 2>/dev/null
+        wait "$server" 2>/dev/null
+        grep -v '^\[' "$WORK/cut.serve" | tail -n 5
+        return $rc
+    fi
+    (
+        for _ in $(seq 900); do [[ -e $WORK/cut.ready ]] && break; nap 0.1; done
+        nap 2
+        date +%s.%N > "$WORK/cut.at"
+        ip link set dev "$NETDEV" down
+        nap 3
+        ip link set dev "$NETDEV" up
+    ) &
+    local cutter=$!
+    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$WORK/cut.b" --connect-to "$d.a" --eps 1 --stream 60 \
+        --ready-file "$WORK/cut.ready" --expect-peer-failure --timeout 120 > "$WORK/cut.stream" 2>&1 || rc=$?
+    wait "$cutter"
+    grep -v '^\[' "$WORK/cut.stream"
+    [[ $rc == 0 ]] || { signal over; echo "the stream's endpoint did not fail as expected (exit $rc)"; return 1; }
+    local stopped detect
+    stopped=$(sed -n 's/^stream sent [0-9]*, stopped after \([0-9.]*\) s.*/\1/p' "$WORK/cut.stream")
+    [[ -n $stopped && -s $WORK/cut.at ]] || { signal over; echo "no stream summary or cut time"; return 1; }
+    detect=$(awk -v r="$(stat -c %.9Y "$WORK/cut.ready")" -v s="$stopped" -v c="$(cat "$WORK/cut.at")" \
+                 'BEGIN { printf "%.1f", r + s - c }')
+    echo "result: link cut mid-transfer: the endpoint failed $detect s after the cut" \
+         "($(sed -n 's/.*error handler calls 1 status //p' "$WORK/cut.stream"); bound $CUT_BOUND s)"
+    awk -v t="$detect" -v b="$CUT_BOUND" 'BEGIN { exit !(t < b) }' ||
+        { signal over; echo "bound $CUT_BOUND s exceeded"; return 1; }
+    local _
+    for _ in $(seq 100); do rdma link show "$DEV/1" | grep -q 'state ACTIVE' && break; nap 0.1; done
+    # what rxe does after the cut: a short connect attempt (not asserted)
+    local after=connected
+    UCX_XQP_CONNECT_TIMEOUT=2s UCX_XQP_CONNECT_RETRIES=0 \
+        "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$WORK/cut.c" --connect-to "$d.a" --eps 1 \
+        --timeout 30 > "$WORK/cut.after" 2>&1 || after="not connected (2 s)"
+    echo "result: a connect after the link came back, on the same rxe device: $after"
+    if ! rdma link delete "$DEV" || ! rdma link add "$DEV" type rxe netdev "$NETDEV"; then
+        signal over
+        echo "cannot recreate $DEV"
+        return 1
+    fi
+    for _ in $(seq 100); do rdma link show "$DEV/1" | grep -q 'state ACTIVE' && break; nap 0.1; done
+    rc=0
+    "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$WORK/cut.d" --connect-to "$d.a" --eps 1 \
+        --timeout 60 > "$WORK/cut.new" 2>&1 || rc=$?
+    signal over
+    grep -v '^\[' "$WORK/cut.new"
+    [[ $rc == 0 ]] || { echo "no new connection after the link came back and $DEV was recreated"; return 1; }
+    echo "result: after the cut and $DEV recreated, a new endpoint connected"
+}
+
 # ---------------------------------------------------------------- power loss
 # Host 0 has xqp-vm kill host 1's QEMU (as if it lost power). Host 1 only
 # waits to be killed: this is the last test.
@@ -417,8 +625,6 @@ test_power_loss_xqp() {
         "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$WORK/power.b" --connect-to "$SYNC/power.a" \
         --eps 1 --stream 90 --ready-file "$WORK/power.ready" --expect-peer-failure \
         --reconnect-to "$WORK/power.c" --timeout 60 > "$WORK/client" 2>&1 || rc=$?
-    local failed_at
-    failed_at=$(date +%s.%N) # (the stream ended: within the handler's 1 s loop)
     cat "$WORK/client"
     took=$((SECONDS - start))
     wait "$killer" || { echo "the power-off failed"; rc=1; }
@@ -480,6 +686,9 @@ run_test ucp_am_bw "ucx_perftest UCP ucp_am_bw 64 KiB, UCX_TLS=xqp, host 1 -> ho
 run_test ece "ECE: host 1's UCX_XQP_ECE_LOCAL reaches host 0, host 0's answer comes back" test_ece_reaches_the_peer
 run_test ece_reject "ECE: host 0 requires options host 1 lacks -> rdma_reject_ece -> clear error" test_ece_required_options_rejected
 run_test mpi "Open MPI (pml ucx) over xqp, one rank per host: ping-pong to 4 MiB + allreduce" test_mpi
+run_test netem "netem delay 10 ms, loss 2 % on both hosts: UCP client/server over xqp, echoes to 256 KiB byte-exact" test_netem
+run_test partition "partition during connect (UDP 4791 dropped): UCS_ERR_UNREACHABLE, bounded, nothing held; healed, a new endpoint connects" test_partition
+run_test link_cut "link cut mid-transfer, peer alive: the endpoint fails within 30 s; link back (rxe0 recreated), a new endpoint connects" test_link_cut
 # host 1's summary: its last words before the power loss
 if [[ $ME == 1 ]] && test_selected "$POWER_NAME"; then
     echo "host 1: $passed passed, $failed failed, $skipped skipped (before the power loss)"
