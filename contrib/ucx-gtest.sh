@@ -327,15 +327,23 @@ for tl in $G_TLS; do
                 --gtest_color=no "${gargs[@]}" >>"$G_OUT/cur.log" 2>&1 || rc=$?
             # results of this round: OK/FAILED lines; the test that was
             # running when the process ended without its summary
-            running="" done_ok=0 finished=""
+            # UCX's own skips (UCS_TEST_SKIP_R and the like) print a
+            # "[     SKIP ]" line and then end as gtest's OK: a skip, not a pass
+            running="" done_ok=0 finished="" skipped=0
             while IFS= read -r line; do
                 printf '%s\n' "$line" >>"$log"
                 case $line in
                     "[ RUN      ] "*)
                         # the name without its " <resource>" (not a filter)
-                        running=${line#"[ RUN      ] "}; running=${running%% <*} ;;
-                    "[       OK ] "*) t=${line#"[       OK ] "}; printf 'PASS %s\n' "${t%% (*}" >>"$res"
-                        finished+="${finished:+:}$running"; running="" ;;
+                        running=${line#"[ RUN      ] "}; running=${running%% <*}; skipped=0 ;;
+                    "[     SKIP ]"*) skipped=1 ;;
+                    "[       OK ] "*) t=${line#"[       OK ] "}
+                        if [ "$skipped" = 1 ]; then
+                            printf 'SKIP %s\n' "${t%% (*}" >>"$res"
+                        else
+                            printf 'PASS %s\n' "${t%% (*}" >>"$res"
+                        fi
+                        finished+="${finished:+:}$running"; running="" skipped=0 ;;
                     "[  FAILED  ] "*" ms)")
                         t=${line#"[  FAILED  ] "}; t=${t%% (*}; printf 'FAIL %s\n' "${t%%, where*}" >>"$res"
                         finished+="${finished:+:}$running"; running="" ;;

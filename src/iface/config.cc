@@ -16,8 +16,24 @@ namespace xqp::iface {
 static const char *ece_mode_names[] = {"off", "auto", "on", NULL};
 static_assert(static_cast<int>(wireup::EceMode::On) == 2, "ece_mode_names follows EceMode");
 
+static ucs_config_field_t bare_named_table[] = {
+    {"RX_MAX_BUFS", "-1",
+     "The most receive buffers the interface has, -1 for no limit (as UCX's IB\n"
+     "transports). When the application keeps received descriptors, the\n"
+     "interface adds buffers to keep RX_QUEUE_LEN posted, up to this many; at\n"
+     "the limit senders wait (receiver-not-ready retries, then no resource)\n"
+     "until descriptors are released, and no message is lost. At least\n"
+     "RX_QUEUE_LEN.",
+     ucs_offsetof(BareNamed, rx_max_bufs), UCS_CONFIG_TYPE_INT},
+
+    {}
+};
+
 ucs_config_field_t config_table[] = {
     {"", "", NULL, ucs_offsetof(Config, super), UCS_CONFIG_TYPE_TABLE(uct_iface_config_table)},
+
+    /* (config.h: BareNamed) */
+    {"", "", NULL, ucs_offsetof(Config, bare), UCS_CONFIG_TYPE_TABLE(bare_named_table)},
 
     {"ECE", "auto",
      "Negotiate ECE (Enhanced Connection Establishment) options with the peer\n"
@@ -86,15 +102,6 @@ ucs_config_field_t config_table[] = {
      "batches of 1/8 of this (at most 16). Also the most requests the interface\n"
      "keeps in flight on all its connections together.",
      ucs_offsetof(Config, rx_queue_len), UCS_CONFIG_TYPE_UINT},
-
-    {"RX_MAX_BUFS", "-1",
-     "The most receive buffers the interface has, -1 for no limit (as UCX's IB\n"
-     "transports). When the application keeps received descriptors, the\n"
-     "interface adds buffers to keep RX_QUEUE_LEN posted, up to this many; at\n"
-     "the limit senders wait (receiver-not-ready retries, then no resource)\n"
-     "until descriptors are released, and no message is lost. At least\n"
-     "RX_QUEUE_LEN.",
-     ucs_offsetof(Config, rx_max_bufs), UCS_CONFIG_TYPE_INT},
 
     {"SEG_SIZE", "8k",
      "Size of a bounce/receive buffer: the largest active message, and the\n"

@@ -15,8 +15,18 @@
 namespace xqp::iface {
 
 /* UCX_XQP_* interface options */
+/* The options a UCX test or application may set by their bare names
+ * (uct_config_modify(config, "RX_MAX_BUFS", ...)), as for UCX's own
+ * transports: UCX >= 1.22 matches a bare name only in a sub-table whose
+ * prefix is empty (the top-level fields only as XQP_<name>). The
+ * variables are still UCX_XQP_<name>. */
+struct BareNamed {
+    int rx_max_bufs; /* -1: unlimited */
+};
+
 struct Config {
     uct_iface_config_t super;
+    BareNamed          bare;
     int                ece_mode;      /* wireup::EceMode */
     char              *ece_required;  /* option mask, e.g. 0x1 */
     char              *ece_desired;
@@ -28,7 +38,6 @@ struct Config {
     unsigned           connect_retries;
     unsigned           tx_queue_len;
     unsigned           rx_queue_len;
-    int                rx_max_bufs;   /* -1: unlimited */
     size_t             seg_size;
     size_t             max_inline;
     int                share;         /* connection sharing (iface/conn_table.h) */

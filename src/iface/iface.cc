@@ -316,9 +316,10 @@ void Iface::configure(const Config &config, const ibv_device_attr &dev_attr,
         throw config_error("RX_QUEUE_LEN", std::to_string(config.rx_queue_len),
                            "must be 16.." + std::to_string(dev_attr.max_srq_wr));
     }
-    if ((config.rx_max_bufs != -1) &&
-        ((config.rx_max_bufs < 0) || (static_cast<unsigned>(config.rx_max_bufs) < config.rx_queue_len))) {
-        throw config_error("RX_MAX_BUFS", std::to_string(config.rx_max_bufs),
+    const int rx_max_bufs = config.bare.rx_max_bufs;
+    if ((rx_max_bufs != -1) &&
+        ((rx_max_bufs < 0) || (static_cast<unsigned>(rx_max_bufs) < config.rx_queue_len))) {
+        throw config_error("RX_MAX_BUFS", std::to_string(rx_max_bufs),
                            "must be -1 (no limit) or at least UCX_XQP_RX_QUEUE_LEN (" +
                                    std::to_string(config.rx_queue_len) + ")");
     }
@@ -421,7 +422,7 @@ void Iface::create_pools(const Config &config)
     recv_desc_.super.cb = release_desc;
     recv_desc_.iface    = this;
     rx_queue_len_       = config.rx_queue_len;
-    rx_max_bufs_        = (config.rx_max_bufs < 0) ? SIZE_MAX : static_cast<size_t>(config.rx_max_bufs);
+    rx_max_bufs_        = (config.bare.rx_max_bufs < 0) ? SIZE_MAX : static_cast<size_t>(config.bare.rx_max_bufs);
     rx_batch_len_       = std::clamp(config.rx_queue_len / 8, 1u, kRxBatchMax);
     for (size_t i = 0; i < rx_queue_len_; ++i) {
         post_rx(rx_pool_->get());

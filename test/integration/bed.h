@@ -339,11 +339,13 @@ struct Bed {
     /* tweak, when given, changes the parameters before the open */
     ucs_status_t open_iface(size_t rx_headroom, const char *rx_queue_len, uct_iface_h *iface,
                             const std::function<void(uct_iface_params_t &)> &tweak = {});
-    /* the same with interface variables set (names without UCX_XQP_) */
+    /* the same with interface variables set (names without UCX_XQP_);
+     * bare_only: set by the bare name alone, as UCX's own tests do */
     ucs_status_t open_iface_with(size_t rx_headroom,
                                  const std::vector<std::pair<std::string, std::string>> &vars,
                                  uct_iface_h *iface,
-                                 const std::function<void(uct_iface_params_t &)> &tweak = {});
+                                 const std::function<void(uct_iface_params_t &)> &tweak = {},
+                                 bool bare_only = false);
     /* creates an ep (it connects in the background) */
     ucs_status_t create_ep(uct_iface_h from, uct_iface_h to, uct_ep_h *ep);
     ucs_status_t connect(uct_iface_h from, uct_iface_h to, uct_ep_h *ep);
@@ -369,7 +371,8 @@ inline ucs_status_t Bed::open_iface(size_t rx_headroom, const char *rx_queue_len
 inline ucs_status_t Bed::open_iface_with(size_t rx_headroom,
                                          const std::vector<std::pair<std::string, std::string>> &vars,
                                          uct_iface_h *iface,
-                                         const std::function<void(uct_iface_params_t &)> &tweak)
+                                         const std::function<void(uct_iface_params_t &)> &tweak,
+                                         bool bare_only)
 {
     uct_iface_config_t *config = nullptr;
     ucs_status_t status = uct_md_iface_config_read(md, "xqp", nullptr, nullptr, &config);
@@ -379,7 +382,8 @@ inline ucs_status_t Bed::open_iface_with(size_t rx_headroom,
     for (const auto &[name, value] : vars) {
         /* the name with the transport's prefix (UCX >= 1.22 matches only
          * that), else without it (UCX before 1.22 matches only that) */
-        status = uct_config_modify(config, ("XQP_" + name).c_str(), value.c_str());
+        status = bare_only ? UCS_ERR_NO_ELEM :
+                             uct_config_modify(config, ("XQP_" + name).c_str(), value.c_str());
         if (status == UCS_ERR_NO_ELEM) {
             status = uct_config_modify(config, name.c_str(), value.c_str());
         }

@@ -552,6 +552,28 @@ TEST_F(Datapath, KeptDescriptorsAreReplacedAndReposted)
     uct_iface_close(small);
 }
 
+TEST_F(Datapath, RxMaxBufsAnswersToTheBareNameUcxTestsSet)
+{
+    /* UCX's own gtest (uct_p2p_am_misc.no_rx_buffs) bounds the receive
+     * buffers with uct_config_modify(config, "RX_MAX_BUFS", ...). The bare
+     * name must reach xqp's option on every UCX release: UCX 1.22 matches a
+     * top-level field only with the transport's prefix (XQP_RX_MAX_BUFS),
+     * and the test skipped there ("m_rx_buf_limit_failed"). A value below
+     * RX_QUEUE_LEN shows that it arrived: the open fails, naming it. */
+    uct_iface_h iface = nullptr;
+    ucs_status_t status = b_->open_iface_with(kRxHeadroom, {{"RX_MAX_BUFS", "8"}}, &iface, {},
+                                              /* bare_only */ true);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, status) << ucs_status_string(status);
+    if (status == UCS_OK) {
+        uct_iface_close(iface);
+    }
+    /* and a valid one (RX_QUEUE_LEN's default) by the bare name opens */
+    status = b_->open_iface_with(kRxHeadroom, {{"RX_MAX_BUFS", "1024"}}, &iface, {},
+                                 /* bare_only */ true);
+    ASSERT_EQ(UCS_OK, status) << ucs_status_string(status);
+    uct_iface_close(iface);
+}
+
 TEST_F(Datapath, KeptDescriptorsStopAtRxMaxBufs)
 {
     /* UCX_XQP_RX_MAX_BUFS bounds the receive buffers: with every
