@@ -13,7 +13,8 @@
 #           machine's RDMA device, or inside the Soft-RoCE testbed VM
 #   check   build, then the whole test suite: unit tests on the host
 #           ('make check'), the integration suite in one testbed boot
-#           ('make check-testbed'), valgrind, the sanitizers, the packages
+#           ('make check-testbed'), the cross-host tests in one boot of two
+#           guests ('make check-testbed-hosts'), valgrind, the sanitizers, the packages
 #           and 'make distcheck'; it ends with each step's time. CI runs
 #           this. It runs the same on a fresh machine as on one with
 #           caches: the benchmarks ('make bench') and other UCX releases
@@ -197,6 +198,8 @@ case "$ACTION" in
         make -C "$BUILD" -j"$JOBS" check
         step "integration tests (make check-testbed)"
         make -C "$BUILD" check-testbed
+        step "cross-host tests in two testbed guests (make check-testbed-hosts)"
+        make -C "$BUILD" check-testbed-hosts
         step "integration tests under valgrind memcheck (make check-valgrind)"
         make -C "$BUILD" check-valgrind
         step "unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
