@@ -482,12 +482,12 @@ test_partition() {
 # A link cut mid-transfer, the peer alive: host 1 streams active messages to
 # host 0 and cuts its own link for 3 s. The endpoint must fail (the error
 # handler once, flush and new requests return the error) within CUT_BOUND
-# of the cut. rxe in the 6.1 guest kernel then drops every RoCE packet it
-# receives (UDP counts them, rxe's rcvd_pkts stays put), so no rdma_cm
+# of the cut. rxe in the 6.1 guest kernel then (9 of 10 runs) drops every
+# RoCE packet it receives (UDP counts them, rxe's rcvd_pkts stays put), so no rdma_cm
 # connection from host 1 completes, xqp's or rping's; recreating the rxe
 # device ends it. The test reports whether that still happens, recreates
 # rxe0 and then requires a new endpoint to host 0's listener to connect.
-CUT_BOUND=30 # 5-9 s measured from the cut; the peer deadline (10 s) bounds it
+CUT_BOUND=30 # 3-13 s measured from the cut; the peer deadline (10 s) bounds it
 
 test_link_cut() {
     local d=$SYNC/cut rc=0
