@@ -337,12 +337,9 @@ for tl in $G_TLS; do
                         # the name without its " <resource>" (not a filter)
                         running=${line#"[ RUN      ] "}; running=${running%% <*}; skipped=0 ;;
                     "[     SKIP ]"*) skipped=1 ;;
-                    "[       OK ] "*) t=${line#"[       OK ] "}
-                        if [ "$skipped" = 1 ]; then
-                            printf 'SKIP %s\n' "${t%% (*}" >>"$res"
-                        else
-                            printf 'PASS %s\n' "${t%% (*}" >>"$res"
-                        fi
+                    "[       OK ] "*) t=${line#"[       OK ] "}; st=PASS
+                        [ "$skipped" = 1 ] && st=SKIP
+                        printf '%s %s\n' "$st" "${t%% (*}" >>"$res"
                         finished+="${finished:+:}$running"; running="" skipped=0 ;;
                     "[  FAILED  ] "*" ms)")
                         t=${line#"[  FAILED  ] "}; t=${t%% (*}; printf 'FAIL %s\n' "${t%%, where*}" >>"$res"
