@@ -123,6 +123,14 @@ AC_DEFUN([XQP_UCX_CHECK_MD_BASE_QUERY], [
         [[void (*fn)(uct_md_attr_v2_t *) = uct_md_base_md_query; (void)fn;]])
 ])
 
+# UCX 1.15: UCT_MD_FLAG_INVALIDATE_RMA and _AMO (uct_v2.h), which UCP 1.22
+# asks of an interface-connected transport's rendezvous lanes when errors are
+# handled; before, UCT_MD_FLAG_INVALIDATE alone.
+AC_DEFUN([XQP_UCX_CHECK_MD_FLAG_INVALIDATE_RMA], [
+    XQP_UCX_PROBE([md_flag_invalidate_rma], [UCT_MD_FLAG_INVALIDATE_RMA exists],
+        [[uint64_t flags = UCT_MD_FLAG_INVALIDATE_RMA | UCT_MD_FLAG_INVALIDATE_AMO; (void)flags;]])
+])
+
 # UCX 1.14: uct_md_ops_t::mem_reg takes uct_md_mem_reg_params_t instead of flags.
 AC_DEFUN([XQP_UCX_CHECK_MEM_REG_PARAMS], [
     XQP_UCX_PROBE([mem_reg_params], [mem_reg callback takes uct_md_mem_reg_params_t],
@@ -285,6 +293,7 @@ AC_DEFUN([XQP_UCX_PROBES], [
     XQP_UCX_CHECK_MD_QUERY_V2
     XQP_UCX_CHECK_MD_ATTR_REG_ALIGNMENT
     XQP_UCX_CHECK_MD_BASE_QUERY
+    XQP_UCX_CHECK_MD_FLAG_INVALIDATE_RMA
     XQP_UCX_CHECK_MEM_REG_PARAMS
     XQP_UCX_CHECK_MKEY_PACK_PARAMS
     XQP_UCX_CHECK_MKEY_PACK_ADDRESS

@@ -190,6 +190,16 @@ struct MdCaps {
     ucs_cpu_set_t     local_cpus       = {};
 };
 
+/* what a domain whose deregistration with UCT_MD_MEM_DEREG_FLAG_INVALIDATE
+ * ends remote access reports (UCX 1.15 adds the RMA and AMO kinds, which UCP
+ * asks of an interface-connected transport's lanes when errors are handled) */
+#ifdef XQP_UCX_HAVE_MD_FLAG_INVALIDATE_RMA
+inline constexpr uint64_t kMdFlagsInvalidate =
+        UCT_MD_FLAG_INVALIDATE | UCT_MD_FLAG_INVALIDATE_RMA | UCT_MD_FLAG_INVALIDATE_AMO;
+#else
+inline constexpr uint64_t kMdFlagsInvalidate = UCT_MD_FLAG_INVALIDATE;
+#endif
+
 #ifdef XQP_UCX_HAVE_MD_QUERY_V2
 using md_attr_t = uct_md_attr_v2_t;
 #else

@@ -120,13 +120,33 @@ static ucs_status_t md_mem_reg(uct_md_h md, void *address, size_t length, unsign
     return UCS_OK;
 }
 
+/* an invalidated cached region's memory registration is gone */
+static void region_invalidated(void *comp)
+{
+    uct_invoke_completion(static_cast<uct_completion_t *>(comp), UCS_OK);
+}
+
+/* With UCT_MD_MEM_DEREG_FLAG_INVALIDATE, the completion runs once no remote
+ * access through the registration's rkey can succeed any more: after
+ * ibv_dereg_mr, which for a cached region happens when its last user puts
+ * it (the cache hands it to no later registration). */
 static ucs_status_t md_mem_dereg(uct_md_h, const uct_md_mem_dereg_params_t *params)
 {
-    UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
+    UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 1);
     auto *memh = static_cast<Memh *>(params->memh);
+    const bool invalidate = UCT_MD_MEM_DEREG_FIELD_VALUE(params, flags, FIELD_FLAGS, 0) &
+                            UCT_MD_MEM_DEREG_FLAG_INVALIDATE;
+    uct_completion_t *comp = UCT_MD_MEM_DEREG_FIELD_VALUE(params, comp, FIELD_COMPLETION, nullptr);
+    if (invalidate && (comp == nullptr)) {
+        return UCS_ERR_INVALID_PARAM; /* (UCX checks it only in its debug builds) */
+    }
     if (memh->rcache != nullptr) {
         auto *region = reinterpret_cast<RcacheRegion *>(reinterpret_cast<char *>(memh) -
                                                         offsetof(RcacheRegion, memh));
+        if (invalidate) {
+            ucs_rcache_region_invalidate(memh->rcache, &region->super, region_invalidated,
+                                         comp);
+        }
         ucs_rcache_region_put(memh->rcache, &region->super);
         return UCS_OK;
     }
@@ -135,6 +155,9 @@ static ucs_status_t md_mem_dereg(uct_md_h, const uct_md_mem_dereg_params_t *para
     if (ret != 0) {
         ucs_error("xqp: ibv_dereg_mr: %s", strerror(ret));
         return UCS_ERR_IO_ERROR;
+    }
+    if (invalidate) {
+        uct_invoke_completion(comp, UCS_OK);
     }
     return UCS_OK;
 }
@@ -367,7 +390,8 @@ MemoryDomain::~MemoryDomain()
 
 void MemoryDomain::query(compat::MdCaps *caps) const
 {
-    caps->flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_MEMH | UCT_MD_FLAG_NEED_RKEY;
+    caps->flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_MEMH | UCT_MD_FLAG_NEED_RKEY |
+                             compat::kMdFlagsInvalidate;
     /* no allocation (no UCT_MD_FLAG_ALLOC): UCP allocates only through
      * domains with that flag. The bound itself is UCX's IB domain's
      * (ULONG_MAX): UCX's gtest trims its transfer sizes by it, and 0 made

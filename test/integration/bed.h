@@ -11,6 +11,7 @@
 #include "uct_util.h"
 
 #include <uct/api/uct.h>
+#include <uct/api/v2/uct_v2.h>
 #include <ucs/async/async_fwd.h>
 
 #include <gtest/gtest.h>
@@ -562,6 +563,23 @@ public:
     }
     Region(const Region &) = delete;
     Region &operator=(const Region &) = delete;
+
+    /* deregisters with UCT_MD_MEM_DEREG_FLAG_INVALIDATE: comp runs once no
+     * remote access through the rkey can succeed */
+    ucs_status_t invalidate(uct_completion_t *comp)
+    {
+        uct_md_mem_dereg_params_t params = {};
+        params.field_mask = UCT_MD_MEM_DEREG_FIELD_MEMH | UCT_MD_MEM_DEREG_FIELD_FLAGS |
+                            UCT_MD_MEM_DEREG_FIELD_COMPLETION;
+        params.memh       = memh_;
+        params.flags      = UCT_MD_MEM_DEREG_FLAG_INVALIDATE;
+        params.comp       = comp;
+        const ucs_status_t status = uct_md_mem_dereg_v2(bed_.md, &params);
+        if (status == UCS_OK) {
+            memh_ = UCT_MEM_HANDLE_NULL;
+        }
+        return status;
+    }
 
     ucs_status_t status() const { return status_; }
     uint8_t *ptr(size_t offset = 0) const { return base_ + offset; }

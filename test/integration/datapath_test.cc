@@ -2232,6 +2232,45 @@ TEST_F(Datapath, ParameterErrorsAreUcxs)
 }
 #endif
 
+TEST_F(Datapath, AnInvalidatedRegistrationRefusesRemoteAccess)
+{
+    /* what UCP 1.22 asks of an interface-connected transport before it puts
+     * rendezvous on it with error handling: a deregistration with
+     * UCT_MD_MEM_DEREG_FLAG_INVALIDATE completes, and a put through the key
+     * packed before fails at the sender instead of writing */
+    ASSERT_TRUE(b_->md_attr.cap.flags & UCT_MD_FLAG_INVALIDATE);
+    uct_iface_h peer = nullptr;
+    ASSERT_EQ(UCS_OK, b_->open_iface(kRxHeadroom, nullptr, &peer));
+    uct_ep_h ep2 = nullptr;
+    ASSERT_EQ(UCS_OK, b_->connect(b_->sender, peer, &ep2));
+    Region target(*b_, 4096);
+    ASSERT_EQ(UCS_OK, target.status());
+    const uint64_t word = 0x1122334455667788ull;
+    ASSERT_EQ(UCS_OK, b_->post([&]() -> ssize_t {
+        return uct_ep_put_short(ep2, &word, sizeof(word), target.addr(), target.rkey());
+    }));
+    ASSERT_EQ(UCS_OK, b_->flush(ep2));
+    EXPECT_EQ(0, std::memcmp(target.ptr(), &word, sizeof(word))) << "the put before";
+
+    Comp comp;
+    ASSERT_EQ(UCS_OK, target.invalidate(&comp.uct));
+    EXPECT_EQ(1, comp.calls) << "nothing else holds the registration";
+    EXPECT_EQ(UCS_OK, comp.status);
+
+    const uint64_t other = ~word;
+    ASSERT_EQ(UCS_OK, b_->post([&]() -> ssize_t {
+        return uct_ep_put_short(ep2, &other, sizeof(other), target.addr(8), target.rkey());
+    }));
+    ASSERT_TRUE(b_->wait_for([&] { return b_->ep_errors.size() > errors_at_start_; }))
+            << "a put through an invalidated key must fail";
+    EXPECT_EQ(ep2, b_->ep_errors.back().first);
+    EXPECT_NE(UCS_OK, uct_ep_flush(ep2, 0, nullptr));
+    EXPECT_TRUE(all_bytes(target.ptr(8), 8, kGuardByte, "memory behind the invalidated key"));
+    uct_ep_destroy(ep2);
+    uct_iface_close(peer);
+    errors_at_start_ = b_->ep_errors.size(); /* that error was the point */
+}
+
 TEST_F(Datapath, ForeignRkeyIsRefused)
 {
     const size_t len = b_->md_attr.rkey_packed_size;
