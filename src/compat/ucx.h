@@ -194,8 +194,9 @@ struct MdCaps {
  * ends remote access reports (UCX 1.15 adds the RMA and AMO kinds, which UCP
  * asks of an interface-connected transport's lanes when errors are handled) */
 #ifdef XQP_UCX_HAVE_MD_FLAG_INVALIDATE_RMA
-inline constexpr uint64_t kMdFlagsInvalidate =
-        UCT_MD_FLAG_INVALIDATE | UCT_MD_FLAG_INVALIDATE_RMA | UCT_MD_FLAG_INVALIDATE_AMO;
+inline constexpr uint64_t kMdFlagsInvalidate = uint64_t{UCT_MD_FLAG_INVALIDATE} |
+                                                uint64_t{UCT_MD_FLAG_INVALIDATE_RMA} |
+                                                uint64_t{UCT_MD_FLAG_INVALIDATE_AMO};
 #else
 inline constexpr uint64_t kMdFlagsInvalidate = UCT_MD_FLAG_INVALIDATE;
 #endif
