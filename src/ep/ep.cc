@@ -1,6 +1,7 @@
 #include "ep/ep.h"
 
 #include "common/boundary.h"
+#include "ep/pieces.h"
 #include "iface/address.h"
 
 #include <arpa/inet.h>
@@ -280,6 +281,9 @@ ucs_status_t Endpoint::rdma_zcopy(ibv_wr_opcode opcode, const uct_iov_t *iov, si
     if (status != UCS_OK) {
         return status;
     }
+    if (ucs_unlikely(total > kRdmaWhole) && (slow_ == 0)) {
+        return rdma_zcopy_pieces(opcode, sge, num_sge, total, remote_addr, rkey, comp);
+    }
     iface::TxOp *op = iface_->get_op();
     op->comp        = comp;
     op->length      = static_cast<uint32_t>(total); /* the peer deadline's allowance */
@@ -287,6 +291,41 @@ ucs_status_t Endpoint::rdma_zcopy(ibv_wr_opcode opcode, const uct_iov_t *iov, si
     init_wr(wr, sge, num_sge);
     set_rdma(wr, opcode, remote_addr, rkey);
     status = post(&wr, op);
+    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+/* A large request goes in pieces (ep/pieces.h), each signaled, so that the
+ * peer deadline sees a slow live link progress. A piece goes only while
+ * the send queue, the interface's credits and TxOps have room for it and
+ * for the last one, which carries comp and all that remains: short of
+ * room, the request has fewer and longer pieces (at worst one, as before).
+ * A request with a fence or a forced signal to apply, or deferred while
+ * connecting, stays whole (rdma_zcopy). */
+ucs_status_t Endpoint::rdma_zcopy_pieces(ibv_wr_opcode opcode, const ibv_sge *sge, int num_sge,
+                                         size_t total, uint64_t remote_addr, uct_rkey_t rkey,
+                                         uct_completion_t *comp)
+{
+    const size_t piece = rdma_piece_length(total);
+    ibv_sge part[8];
+    ibv_send_wr wr;
+    size_t offset = 0;
+    while (((total - offset) > piece) && has_room_for_two()) {
+        iface::TxOp *op = iface_->get_op();
+        op->length      = static_cast<uint32_t>(piece);
+        init_wr(wr, part, slice_sge(sge, num_sge, offset, piece, part));
+        set_rdma(wr, opcode, remote_addr + offset, rkey);
+        const ucs_status_t status = post(&wr, op);
+        if (status != UCS_OK) {
+            return status; /* the pieces posted end unseen: none has comp */
+        }
+        offset += piece;
+    }
+    iface::TxOp *op = iface_->get_op();
+    op->comp        = comp;
+    op->length      = static_cast<uint32_t>(total - offset);
+    init_wr(wr, part, slice_sge(sge, num_sge, offset, total - offset, part));
+    set_rdma(wr, opcode, remote_addr + offset, rkey);
+    const ucs_status_t status = post(&wr, op);
     return (status == UCS_OK) ? UCS_INPROGRESS : status;
 }
 

@@ -265,6 +265,16 @@ private:
     /* RDMA WRITE / READ of registered iov entries */
     ucs_status_t rdma_zcopy(ibv_wr_opcode opcode, const uct_iov_t *iov, size_t iovcnt,
                             uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp);
+    /* a long one (ep/pieces.h), from its scatter/gather list */
+    ucs_status_t rdma_zcopy_pieces(ibv_wr_opcode opcode, const ibv_sge *sge, int num_sge,
+                                   size_t total, uint64_t remote_addr, uct_rkey_t rkey,
+                                   uct_completion_t *comp);
+    /* room for two more requests on the common path: a piece and the last */
+    bool has_room_for_two() const
+    {
+        return (outstanding() + 2 <= tx_queue_len_) && iface_->tx_credit_for(2) &&
+               iface_->has_free_ops(2);
+    }
 
     Handle              handle_;
     iface::Iface       *iface_;

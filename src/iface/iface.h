@@ -150,6 +150,14 @@ public:
         free_ops_     = op;
     }
     bool has_free_op() const { return free_ops_ != nullptr; }
+    bool has_free_ops(unsigned n) const
+    {
+        const TxOp *op = free_ops_;
+        for (; (op != nullptr) && (n > 0); op = op->next_free) {
+            --n;
+        }
+        return n == 0;
+    }
     /* Work requests posted on all the interface's QPs and not yet known to
      * be complete (main thread), at most the send CQ's size: a failure of
      * every QP at once completes each of them, unsignaled ones too, and
@@ -163,6 +171,8 @@ public:
     bool tx_credit_low() const { return tx_spare_ <= 0; }
     /* credits, and not near the bound: the data path's one test */
     bool tx_credit_ample() const { return tx_spare_ > 0; }
+    /* n requests can go and leave credits ample */
+    bool tx_credit_for(int64_t n) const { return tx_spare_ >= n; }
     void tx_posted() { --tx_spare_; }
     void tx_completed(uint64_t count)
     {
