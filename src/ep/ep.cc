@@ -83,6 +83,7 @@ ucs_status_t Endpoint::post_failed(int ret, iface::TxOp *op)
         if (op->buf != nullptr) {
             iface_->tx_pool().put(op->buf);
         }
+        op->ep = nullptr; /* not in flight (Iface::abandon looks) */
         iface_->put_op(op);
     }
     if (state() == State::Failed) {

@@ -61,6 +61,14 @@ public:
     void fence() { slow_ |= kFence; }
     /* requests posted and not yet known to be complete */
     unsigned outstanding() const { return static_cast<unsigned>(posted_sn_ - completed_sn_); }
+    uint64_t completed_sn() const { return completed_sn_; }
+    /* the requests in flight are no longer counted (Iface::abandon has
+     * taken them over); returns the sequence number of the last one */
+    uint64_t forget_in_flight()
+    {
+        completed_sn_ = posted_sn_;
+        return posted_sn_;
+    }
     /* completions may still come for what was posted (main thread, after
      * conn_->close(): the connection no longer changes under it) */
     bool qp_completes() const { return conn_->qp_completes(); }

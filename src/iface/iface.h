@@ -81,6 +81,10 @@ struct TxOp {
     uint32_t              length = 0;
     uint64_t             *result = nullptr;
     TxOp                 *next_free = nullptr;
+    /* a request whose endpoint went while it was in flight (Iface::abandon):
+     * the interface's credits its completion returns (its own, and those of
+     * the unsignaled requests before it) */
+    uint32_t              orphaned = 0;
 };
 
 class Iface final {
@@ -218,6 +222,13 @@ public:
     inline void finish_op_inl(TxOp *op, ucs_status_t status);
     /* polls the send CQ until ep has no work request in flight (or timeout) */
     void drain(ep::Endpoint *ep);
+    /* ep goes while its connection stays (a hand-over): its requests in
+     * flight are not waited for. Their completions run now with
+     * UCS_ERR_CANCELED; their work requests complete when the peer takes
+     * them, and return their credits then. */
+    void abandon(ep::Endpoint *ep);
+    /* no TxOp or stashed completion refers to ep any more */
+    void unlink(ep::Endpoint *ep);
     /* polls the send CQ until done() holds, 5 s at most; false on timeout */
     template <typename Done> bool reap_until(Done done, ep::Endpoint *draining = nullptr)
     {

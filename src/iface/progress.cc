@@ -47,9 +47,12 @@ UCS_F_ALWAYS_INLINE void Iface::finish_op_inl(TxOp *op, ucs_status_t status)
     }
     ep::Endpoint *ep = op->ep;
     const uint64_t sn = op->sn;
-    put_op(op);
     if (ep != nullptr) {
+        put_op(op);
         ep->on_send_completion(sn);
+    } else {
+        tx_spare_ += std::exchange(op->orphaned, 0); /* an abandoned request */
+        put_op(op);
     }
     /* bounce buffers and TxOps are shared by all endpoints: any of them may
      * have been waiting for the ones just returned */
@@ -299,6 +302,47 @@ void Iface::drain(ep::Endpoint *ep)
         ucs_warn("xqp: %s: %u requests of ep %p did not complete", resource_name_.c_str(),
                  ep->outstanding(), ep);
     }
+    unlink(ep);
+}
+
+void Iface::abandon(ep::Endpoint *ep)
+{
+    /* what completed already ends as usual */
+    ibv_wc wcs[16];
+    int n;
+    while ((ep->outstanding() > 0) && ((n = ibv_poll_cq(send_cq_.get(), 16, wcs)) > 0)) {
+        for (int i = 0; i < n; ++i) {
+            handle_send_completion(wcs[i], ep);
+        }
+    }
+    /* the signaled requests still in flight, in the order they complete */
+    std::vector<TxOp *> in_flight;
+    for (auto &op : ops_) {
+        if ((op.ep == ep) && (op.sn > ep->completed_sn())) {
+            in_flight.push_back(&op);
+        }
+    }
+    std::sort(in_flight.begin(), in_flight.end(),
+              [](const TxOp *a, const TxOp *b) { return a->sn < b->sn; });
+    uint64_t retired = ep->completed_sn();
+    for (TxOp *op : in_flight) {
+        if (op->comp != nullptr) {
+            uct_invoke_completion(op->comp, UCS_ERR_CANCELED);
+            op->comp = nullptr;
+        }
+        op->kind     = TxOp::Kind::Plain; /* nothing written to the user's memory */
+        op->orphaned = static_cast<uint32_t>(op->sn - retired);
+        op->ep       = nullptr;
+        retired      = op->sn;
+    }
+    /* unsignaled ones after the last signaled one report nothing when they
+     * complete: their credits return now */
+    tx_completed(ep->forget_in_flight() - retired);
+    unlink(ep);
+}
+
+void Iface::unlink(ep::Endpoint *ep)
+{
     /* completions still queued for it (none expected) must not find it */
     for (auto &op : ops_) {
         if (op.ep == ep) {

@@ -341,6 +341,83 @@ TEST_F(Sharing, ReleasesNeedNothingFromAPeerThatDoesNotProgress)
     uct_iface_close(c);
 }
 
+TEST_F(Sharing, AHandOverWaitsForNothingFromAPeerThatDoesNotProgress)
+{
+    /* UCX's test_uct_pending.pending_ucs_ok_dc_arbiter_bug when the peer
+     * connects back: the connection is shared, so it outlives the endpoint,
+     * and the requests still in flight wait for receive buffers the peer
+     * does not repost while it does not progress. Before, the destroy
+     * waited 5 s for them and warned ("requests of ep ... did not
+     * complete"). Now it returns at once; the completions of those requests
+     * run with UCS_ERR_CANCELED, and the requests themselves still go to
+     * the peer once it progresses. */
+    uct_iface_h c = nullptr;
+    ASSERT_EQ(UCS_OK, b_->open_iface_with(kRxHeadroom, {{"SHARE", "y"}, {"RX_QUEUE_LEN", "16"}},
+                                          &c));
+    AmSink at_c;
+    ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(c, kShareAm, am_handler, &at_c, 0));
+    uct_ep_h ac = nullptr;
+    uct_ep_h ca = nullptr;
+    ASSERT_EQ(UCS_OK, b_->connect(a_, c, &ac));
+    ASSERT_NO_FATAL_FAILURE(send_checked(ac, at_c, 16, 3));
+    ASSERT_EQ(UCS_OK, b_->connect(c, a_, &ca)); /* C sends on A's connection */
+    ASSERT_NO_FATAL_FAILURE(send_checked(ca, at_a_, 16, 4));
+    EXPECT_EQ(0, passive_count_(a_)) << "C's endpoint sends on A's connection";
+    const size_t before = at_c.msgs.size();
+
+    /* C stops progressing: past its 16 receive buffers the sends wait */
+    constexpr int kMsgs = 40;
+    std::vector<std::vector<uint8_t>> sent;
+    for (int i = 0; i < kMsgs; ++i) {
+        sent.push_back(make_pattern(24, static_cast<uint8_t>(i)));
+        ASSERT_EQ(UCS_OK, uct_ep_am_short(ac, kShareAm, 0xabc0ull + i, sent.back().data(),
+                                          static_cast<unsigned>(sent.back().size())))
+                << "message " << i;
+    }
+    Region local(*b_, 4096);
+    Region remote(*b_, 4096);
+    ASSERT_EQ(UCS_OK, local.status());
+    ASSERT_EQ(UCS_OK, remote.status());
+    const auto put = make_pattern(4096, 9);
+    std::memcpy(local.ptr(), put.data(), put.size());
+    uct_iov_t iov = {local.ptr(), put.size(), local.memh(), 0, 1};
+    Comp comp;
+    ASSERT_EQ(UCS_INPROGRESS, uct_ep_put_zcopy(ac, &iov, 1, remote.addr(), remote.rkey(),
+                                               &comp.uct));
+
+    const auto start = Clock::now();
+    uct_ep_destroy(ac); /* nothing progresses C meanwhile */
+    ac = nullptr;
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    EXPECT_LT(seconds, 2.5) << "the destroy waited for the peer";
+    EXPECT_EQ(1, comp.calls) << "the put's completion must run once, at the destroy";
+    EXPECT_EQ(UCS_ERR_CANCELED, comp.status);
+
+    /* C progresses: every message arrives, in order and byte-exact, then
+     * the put (the requests were not lost with the endpoint) */
+    ASSERT_TRUE(b_->wait_for([&] { return at_c.msgs.size() >= before + kMsgs; }))
+            << (at_c.msgs.size() - before) << " of " << kMsgs << " messages arrived";
+    EXPECT_EQ(before + kMsgs, at_c.msgs.size());
+    for (int i = 0; i < kMsgs; ++i) {
+        const auto &msg = at_c.msgs[before + i];
+        ASSERT_EQ(sizeof(uint64_t) + sent[i].size(), msg.size()) << "message " << i;
+        uint64_t header;
+        std::memcpy(&header, msg.data(), sizeof(header));
+        EXPECT_EQ(0xabc0ull + i, header) << "message " << i;
+        EXPECT_TRUE(std::equal(sent[i].begin(), sent[i].end(), msg.begin() + sizeof(header)))
+                << "message " << i;
+    }
+    EXPECT_TRUE(b_->wait_for([&] { return std::memcmp(remote.ptr(), put.data(), put.size()) == 0; }))
+            << "the put did not land";
+    EXPECT_EQ(1, comp.calls) << "and not again when the request completed";
+    /* C still sends on the connection, which A keeps for it */
+    ASSERT_NO_FATAL_FAILURE(send_checked(ca, at_a_, 32, 5));
+    uct_ep_destroy(ca);
+    EXPECT_TRUE(b_->wait_for([&] { return (held_count_(a_) == 0) && (held_count_(c) == 0); }))
+            << "still held: A " << held_count_(a_) << ", C " << held_count_(c);
+    uct_iface_close(c);
+}
+
 TEST_F(Sharing, AFailureOfTheSharedConnectionFailsBothEndpoints)
 {
     ASSERT_NO_FATAL_FAILURE(connect_both());
