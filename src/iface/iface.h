@@ -225,7 +225,9 @@ public:
     /* ep goes while its connection stays (a hand-over): its requests in
      * flight are not waited for. Their completions run now with
      * UCS_ERR_CANCELED; their work requests complete when the peer takes
-     * them, and return their credits then. */
+     * them, and return their credits then. (A zero-copy request's memory
+     * is read or written until then, as on any QP that stays up: UCP
+     * flushes an endpoint before it destroys it.) */
     void abandon(ep::Endpoint *ep);
     /* no TxOp or stashed completion refers to ep any more */
     void unlink(ep::Endpoint *ep);
