@@ -285,14 +285,22 @@ ucs_status_t Endpoint::rdma_zcopy(ibv_wr_opcode opcode, const uct_iov_t *iov, si
     if (ucs_unlikely(total > kRdmaWhole) && (slow_ == 0)) {
         return rdma_zcopy_pieces(opcode, sge, num_sge, total, remote_addr, rkey, comp);
     }
+    status = post_rdma(opcode, sge, num_sge, total, remote_addr, rkey, comp);
+    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+/* one RDMA work request, signaled, with comp (or none) at its completion */
+inline ucs_status_t Endpoint::post_rdma(ibv_wr_opcode opcode, ibv_sge *sge, int num_sge,
+                                        size_t length, uint64_t remote_addr, uct_rkey_t rkey,
+                                        uct_completion_t *comp)
+{
     iface::TxOp *op = iface_->get_op();
     op->comp        = comp;
-    op->length      = static_cast<uint32_t>(total); /* the peer deadline's allowance */
+    op->length      = static_cast<uint32_t>(length); /* the peer deadline's allowance */
     ibv_send_wr wr;
     init_wr(wr, sge, num_sge);
     set_rdma(wr, opcode, remote_addr, rkey);
-    status = post(&wr, op);
-    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+    return post(&wr, op);
 }
 
 /* A large request goes in pieces (ep/pieces.h), each signaled, so that the
@@ -308,25 +316,19 @@ ucs_status_t Endpoint::rdma_zcopy_pieces(ibv_wr_opcode opcode, const ibv_sge *sg
 {
     const size_t piece = rdma_piece_length(total);
     ibv_sge part[8];
-    ibv_send_wr wr;
     size_t offset = 0;
     while (((total - offset) > piece) && has_room_for_two()) {
-        iface::TxOp *op = iface_->get_op();
-        op->length      = static_cast<uint32_t>(piece);
-        init_wr(wr, part, slice_sge(sge, num_sge, offset, piece, part));
-        set_rdma(wr, opcode, remote_addr + offset, rkey);
-        const ucs_status_t status = post(&wr, op);
+        const ucs_status_t status =
+                post_rdma(opcode, part, slice_sge(sge, num_sge, offset, piece, part), piece,
+                          remote_addr + offset, rkey, nullptr);
         if (status != UCS_OK) {
             return status; /* the pieces posted end unseen: none has comp */
         }
         offset += piece;
     }
-    iface::TxOp *op = iface_->get_op();
-    op->comp        = comp;
-    op->length      = static_cast<uint32_t>(total - offset);
-    init_wr(wr, part, slice_sge(sge, num_sge, offset, total - offset, part));
-    set_rdma(wr, opcode, remote_addr + offset, rkey);
-    const ucs_status_t status = post(&wr, op);
+    const ucs_status_t status =
+            post_rdma(opcode, part, slice_sge(sge, num_sge, offset, total - offset, part),
+                      total - offset, remote_addr + offset, rkey, comp);
     return (status == UCS_OK) ? UCS_INPROGRESS : status;
 }
 

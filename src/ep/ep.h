@@ -273,6 +273,10 @@ private:
     /* RDMA WRITE / READ of registered iov entries */
     ucs_status_t rdma_zcopy(ibv_wr_opcode opcode, const uct_iov_t *iov, size_t iovcnt,
                             uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp);
+    /* one work request of the list sge (the whole request, or a piece) */
+    inline ucs_status_t post_rdma(ibv_wr_opcode opcode, ibv_sge *sge, int num_sge,
+                                  size_t length, uint64_t remote_addr, uct_rkey_t rkey,
+                                  uct_completion_t *comp);
     /* a long one (ep/pieces.h), from its scatter/gather list */
     ucs_status_t rdma_zcopy_pieces(ibv_wr_opcode opcode, const ibv_sge *sge, int num_sge,
                                    size_t total, uint64_t remote_addr, uct_rkey_t rkey,
