@@ -423,6 +423,19 @@ int yield_request(CmOps &cm, const WireupConfig &config, const CmEvent &request,
 
 /* ------------------------------------------------------------------ events */
 
+void Connection::peer_closed(bool disconnected)
+{
+    if (disconnected) {
+        cm_.disconnect(id_); /* completes the disconnect handshake */
+    }
+    state_ = ConnState::Closed;
+    /* the peer closed (or died: the kernel disconnects for it): requests
+     * in flight complete now, with an error, instead of after the
+     * transport's retry timeout */
+    retire_qp();
+    owner_->on_closed(*this);
+}
+
 void Connection::on_event(const CmEvent &event)
 {
     switch (event.type) {
@@ -451,7 +464,12 @@ void Connection::on_event(const CmEvent &event)
         }
         return;
     case RDMA_CM_EVENT_REJECTED:
-        if (state_ == ConnState::Accepting) {
+        if (state_ == ConnState::Connected) {
+            /* the passive peer destroyed its id before its ESTABLISHED came
+             * (a REJ, not a DREQ): the kernel CM hands the REJ to our
+             * established id, and no DISCONNECTED follows */
+            peer_closed(false);
+        } else if (state_ == ConnState::Accepting) {
             /* the active side rejected our REP (or destroyed its id, which
              * sends a REJ): this connection will never be established */
             reject_reason_ = event.status;
@@ -492,13 +510,7 @@ void Connection::on_event(const CmEvent &event)
         return;
     case RDMA_CM_EVENT_DISCONNECTED:
         if ((state_ == ConnState::Connected) || (state_ == ConnState::Accepting)) {
-            cm_.disconnect(id_); /* completes the disconnect handshake */
-            state_ = ConnState::Closed;
-            /* the peer disconnected (or died: the kernel disconnects for
-             * it): requests in flight complete now, with an error, instead
-             * of after the transport's retry timeout */
-            retire_qp();
-            owner_->on_closed(*this);
+            peer_closed(true);
         }
         return;
     case RDMA_CM_EVENT_DEVICE_REMOVAL:

@@ -15,7 +15,8 @@
  *            the interface then binds the endpoint to the peer's, or, after
  *            connect_timeout_s without it, the attempt is retried
  *   passive: Accepting -> Connected      (or Failed after a reject)
- *   both:    Connected -> Closed on DISCONNECTED; Failed on errors
+ *   both:    Connected -> Closed on DISCONNECTED (or, active, on a REJ
+ *            from a peer that closed before its ESTABLISHED); Failed on errors
  *
  * The data QP and threads: once a connection is established its QP belongs
  * to the data path, which posts to it and polls its completions on the
@@ -195,6 +196,9 @@ private:
     void attempt_failed(const std::string &reason);
     /* final failure */
     void fail(ucs_status_t status, const std::string &reason, unsigned hold_us = 0);
+    /* the peer closed: Closed, QP retired, owner told; `disconnected` when
+     * a DREQ came (answered with our DREP) rather than a REJ */
+    void peer_closed(bool disconnected);
     void established();
     bool modify_to_rts(std::string *reason);
     void on_route_resolved();

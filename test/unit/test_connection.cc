@@ -1075,6 +1075,29 @@ TEST(WireupConnection, ActiveConnectedThenDisconnected)
     EXPECT_EQ(1, r.owner.closed);
 }
 
+/* A passive peer that destroys its id before its ESTABLISHED arrives sends
+ * a REJ, not a DREQ; the kernel CM delivers it to the active side's
+ * established id as REJECTED, and no DISCONNECTED ever follows. */
+TEST(WireupConnection, ActiveConnectedThenRejectedIsClosed)
+{
+    Rig r;
+    r.ece.rxe();
+    r.to_connected_active();
+    r.take();
+    r.feed(RDMA_CM_EVENT_REJECTED, 28);
+    EXPECT_EQ(r.take(), (Calls{"error_qp", "on_closed"})); /* no DREQ to answer */
+    EXPECT_EQ(ConnState::Closed, r.conn->state());
+    EXPECT_EQ(1, r.owner.closed);
+    EXPECT_EQ(0, r.owner.failed);
+
+    r.feed(RDMA_CM_EVENT_REJECTED, 28); /* again: nothing */
+    r.feed(RDMA_CM_EVENT_DISCONNECTED);
+    EXPECT_EQ(r.take(), Calls{});
+    r.conn.reset();
+    EXPECT_EQ(r.take(), (Calls{"destroy_qp", "destroy_id"}));
+    EXPECT_EQ(1, r.owner.closed);
+}
+
 /* ================================================================== loopback */
 
 TEST(WireupConnection, LoopbackConnectsTheQpToItselfWithoutTheCm)
@@ -1396,9 +1419,8 @@ TEST(WireupConnection, EventsThatDoNotFitAreIgnored)
         r.take();
         for (auto type : {RDMA_CM_EVENT_ADDR_RESOLVED, RDMA_CM_EVENT_ROUTE_RESOLVED,
                           RDMA_CM_EVENT_CONNECT_RESPONSE, RDMA_CM_EVENT_ESTABLISHED,
-                          RDMA_CM_EVENT_REJECTED, RDMA_CM_EVENT_ADDR_ERROR,
-                          RDMA_CM_EVENT_ROUTE_ERROR, RDMA_CM_EVENT_UNREACHABLE,
-                          RDMA_CM_EVENT_CONNECT_ERROR}) {
+                          RDMA_CM_EVENT_ADDR_ERROR, RDMA_CM_EVENT_ROUTE_ERROR,
+                          RDMA_CM_EVENT_UNREACHABLE, RDMA_CM_EVENT_CONNECT_ERROR}) {
             SCOPED_TRACE(rdma_event_str(type));
             r.feed(type, 35, reply_bytes());
             EXPECT_EQ(r.take(), Calls{});
