@@ -41,6 +41,13 @@ ONLY=${XQP_HOSTS_ONLY:-}
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 CUR=""
+# XQP_VM_BOOT > 1: xqp-vm booted this host again on the other's request
+# (the restart test); the tests before that one are not run again
+RESUME=""
+if ((${XQP_VM_BOOT:-1} > 1)); then
+    RESUME=$(cat "$SYNC/resume.$ME" 2>/dev/null) || RESUME=none
+    echo "host $ME: boot ${XQP_VM_BOOT}, going on with test '$RESUME'"
+fi
 
 # signal NAME: tell the other host that NAME happened
 signal() {
@@ -104,6 +111,11 @@ stream_failed_after() {
 # A passing test's "result: " lines are shown under its PASS line.
 run_test() {
     local id=$1 name=$2 fn=$3 rc=0 prc="" both n=3000
+    # a restarted host goes on with the test that restarted it
+    if [[ -n $RESUME ]]; then
+        [[ $id == "$RESUME" ]] || return 0
+        RESUME=""
+    fi
     test_begin "$name" || return 0
     CUR=$id
     "$fn" > "$WORK/log" 2>&1 || rc=$?
@@ -567,6 +579,68 @@ test_link_cut() {
     echo "result: after the cut and $DEV recreated, a new endpoint connected"
 }
 
+# ---------------------------------------------------------------- restart
+# Host 0 streams to a server on host 1 over xqp, then has xqp-vm restart
+# host 1 (its QEMU killed, then booted again: same MACs, addresses and GIDs,
+# a fresh kernel). The old endpoint must fail within RESTART_BOUND of the
+# power-off, and a new endpoint must connect to host 1's new server and
+# carry a message. Nothing of the old incarnation may reach the new one:
+# the new server takes exactly one connection and one active message (a
+# stale packet of the old stream accepted by a new QP that happens to have
+# the old number would be a second). UCX_XQP_PEER_TIMEOUT as in power loss.
+RESTART_BOUND=45
+
+test_restart() {
+    [[ -n ${XQP_VM_HOSTS:-} ]] || { echo "needs xqp-vm --hosts (to restart the other host)"; return 77; }
+    if [[ $ME == 1 ]]; then
+        if ((${XQP_VM_BOOT:-1} == 1)); then
+            "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$SYNC/restart.a" --serve 150 > "$WORK/old" 2>&1
+            echo "not restarted: the old server ended with $?"
+            cat "$WORK/old"
+            return 1
+        fi
+        # the new incarnation: serve at the same address
+        local rc=0
+        "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$SYNC/restart.c" --serve 40 \
+            --expect-passive 1 > "$WORK/new" 2>&1 || rc=$?
+        cat "$WORK/new"
+        [[ $rc == 0 ]] || { echo "the new server failed (status $rc)"; return 1; }
+        local served passive
+        served=$(sed -n 's/^served \([0-9]*\) active messages$/\1/p' "$WORK/new")
+        passive=$(grep -c '^passive [0-9]' "$WORK/new")
+        echo "result: the restarted host took $passive connection(s) and $served message(s)"
+        [[ $served == 1 && $passive == 1 ]] ||
+            { echo "expected exactly the new endpoint's connection and message"; return 1; }
+        return 0
+    fi
+    echo restart > "$SYNC/resume.$OTHER"
+    local rc=0
+    (
+        for _ in $(seq 900); do [[ -e $WORK/restart.ready ]] && break; nap 0.1; done
+        nap 2
+        echo "host 0: restarting host 1"
+        date +%s.%N > "$WORK/restart.off"
+        : > "$SYNC/restart-host.$OTHER"
+        for _ in $(seq 300); do [[ -e $SYNC/host-restarted.$OTHER ]] && exit 0; nap 0.1; done
+        echo "xqp-vm did not restart host $OTHER within 30 s"
+        exit 1
+    ) &
+    local restarter=$!
+    UCX_XQP_PEER_TIMEOUT=${POWER_PEER_TIMEOUT}s \
+        "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$WORK/restart.b" --connect-to "$SYNC/restart.a" \
+        --eps 1 --stream 90 --ready-file "$WORK/restart.ready" --expect-peer-failure \
+        --reconnect-to "$SYNC/restart.c" --timeout 150 > "$WORK/client" 2>&1 || rc=$?
+    cat "$WORK/client"
+    wait "$restarter" || { echo "the restart failed"; rc=1; }
+    [[ $rc == 0 ]] || return 1
+    local detect
+    detect=$(stream_failed_after "$WORK/restart.ready" "$WORK/restart.off" "$WORK/client") ||
+        { echo "no stream summary"; return 1; }
+    sed -n 's/^\(stream sent .*\)/result: old endpoint: \1/p' "$WORK/client"
+    echo "result: the old endpoint failed $detect s after host 1's power-off (bound $RESTART_BOUND s); a new endpoint connected to the restarted host"
+    awk -v d="$detect" -v b="$RESTART_BOUND" 'BEGIN { exit !(d > 0 && d < b) }'
+}
+
 # ---------------------------------------------------------------- power loss
 # Host 0 has xqp-vm kill host 1's QEMU (as if it lost power). Host 1 only
 # waits to be killed: this is the last test.
@@ -708,6 +782,7 @@ run_test mpi "Open MPI (pml ucx) over xqp, one rank per host: ping-pong to 4 MiB
 run_test netem "netem delay 10 ms, loss 2 % on both hosts: UCP client/server over xqp, echoes to 256 KiB byte-exact" test_netem
 run_test partition "partition during connect (UDP 4791 dropped): UCS_ERR_UNREACHABLE, bounded, nothing held; healed, a new endpoint connects" test_partition
 run_test link_cut "link cut mid-transfer, peer alive: the endpoint fails within 30 s; link back (rxe0 recreated), a new endpoint connects" test_link_cut
+run_test restart "host 1 restarted while host 0 streams to it: the old endpoint fails, a new one connects, nothing stale reaches the new host" test_restart
 # host 1's summary: its last words before the power loss
 if [[ $ME == 1 ]] && test_selected "$POWER_NAME"; then
     echo "host 1: $passed passed, $failed failed, $skipped skipped (before the power loss)"
