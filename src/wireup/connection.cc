@@ -436,6 +436,40 @@ void Connection::peer_closed(bool disconnected)
     owner_->on_closed(*this);
 }
 
+void Connection::on_rejected(const CmEvent &event)
+{
+    if (state_ == ConnState::Connected) {
+        /* the passive peer destroyed its id before its ESTABLISHED came
+         * (a REJ, not a DREQ): the kernel CM hands the REJ to our
+         * established id, and no DISCONNECTED follows */
+        peer_closed(false);
+    } else if (state_ == ConnState::Accepting) {
+        /* the active side rejected our REP (or destroyed its id, which
+         * sends a REJ): this connection will never be established */
+        reject_reason_ = event.status;
+        fail(UCS_ERR_CONNECTION_RESET,
+             "the peer rejected the connection while it was being accepted "
+             "(reject reason " + std::to_string(event.status) + ")");
+    } else if (state_ == ConnState::Connecting) {
+        reject_reason_ = event.status;
+        if (is_yield(event)) {
+            /* the peer connects to us too, and keeps its connection:
+             * ours goes, and the interface binds the endpoint to the
+             * peer's when its request comes */
+            teardown();
+            state_         = ConnState::Awaiting;
+            attempt_start_ = -1;
+            owner_->on_log(*this, "the peer keeps its own connection to us: waiting for it");
+        } else if (event.status == kRejectEceStatus) {
+            fail(UCS_ERR_REJECTED, "the peer rejected the connection: its ece options "
+                                   "cannot be met (reject reason 35)");
+        } else {
+            attempt_failed("the peer rejected the connection (reject reason " +
+                           std::to_string(event.status) + ")");
+        }
+    }
+}
+
 void Connection::on_event(const CmEvent &event)
 {
     switch (event.type) {
@@ -464,36 +498,7 @@ void Connection::on_event(const CmEvent &event)
         }
         return;
     case RDMA_CM_EVENT_REJECTED:
-        if (state_ == ConnState::Connected) {
-            /* the passive peer destroyed its id before its ESTABLISHED came
-             * (a REJ, not a DREQ): the kernel CM hands the REJ to our
-             * established id, and no DISCONNECTED follows */
-            peer_closed(false);
-        } else if (state_ == ConnState::Accepting) {
-            /* the active side rejected our REP (or destroyed its id, which
-             * sends a REJ): this connection will never be established */
-            reject_reason_ = event.status;
-            fail(UCS_ERR_CONNECTION_RESET,
-                 "the peer rejected the connection while it was being accepted "
-                 "(reject reason " + std::to_string(event.status) + ")");
-        } else if (state_ == ConnState::Connecting) {
-            reject_reason_ = event.status;
-            if (is_yield(event)) {
-                /* the peer connects to us too, and keeps its connection:
-                 * ours goes, and the interface binds the endpoint to the
-                 * peer's when its request comes */
-                teardown();
-                state_         = ConnState::Awaiting;
-                attempt_start_ = -1;
-                owner_->on_log(*this, "the peer keeps its own connection to us: waiting for it");
-            } else if (event.status == kRejectEceStatus) {
-                fail(UCS_ERR_REJECTED, "the peer rejected the connection: its ece options "
-                                       "cannot be met (reject reason 35)");
-            } else {
-                attempt_failed("the peer rejected the connection (reject reason " +
-                               std::to_string(event.status) + ")");
-            }
-        }
+        on_rejected(event);
         return;
     case RDMA_CM_EVENT_ADDR_ERROR:
     case RDMA_CM_EVENT_ROUTE_ERROR:

@@ -199,6 +199,7 @@ private:
     /* the peer closed: Closed, QP retired, owner told; `disconnected` when
      * a DREQ came (answered with our DREP) rather than a REJ */
     void peer_closed(bool disconnected);
+    void on_rejected(const CmEvent &event);
     void established();
     bool modify_to_rts(std::string *reason);
     void on_route_resolved();
