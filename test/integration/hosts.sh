@@ -171,6 +171,14 @@ test_identity() {
     rdma link show "$DEV/1" | grep -q 'state ACTIVE' || { rdma link show; return 1; }
     # the other host's address is across the link, not local
     ! ip -br address | grep -qw "$XQP_VM_PEER_IP" || { echo "$XQP_VM_PEER_IP is local"; return 1; }
+    # each rail's device reports a locality of its own (rxe has no PCI
+    # function: each falls back to the whole machine, saying why)
+    "$XQP_BINDIR/xqp-topo" > "$WORK/topo" || { echo "xqp-topo failed"; return 1; }
+    sed 's/^/result: host '"$ME"' xqp-topo: /' "$WORK/topo"
+    local d
+    for d in ${XQP_VM_RDMA_DEVS:-$DEV}; do
+        [[ $(grep -c "^$d " "$WORK/topo") == 1 ]] || { echo "xqp-topo has no line of its own for $d"; return 1; }
+    done
 }
 
 # ---------------------------------------------------------------- ucx_perftest over xqp
@@ -579,6 +587,19 @@ test_link_cut() {
     echo "result: after the cut and $DEV recreated, a new endpoint connected"
 }
 
+# stream_to_failure TAG ADDR NEW_ADDR TIMEOUT: host 0's client for the
+# restart and power-loss tests: one endpoint to the server at ADDR streams
+# active messages (touching $WORK/TAG.ready as it starts) until the peer's
+# host goes and the endpoint fails, then a new endpoint to NEW_ADDR must
+# connect, within TIMEOUT s; UCX_XQP_PEER_TIMEOUT is POWER_PEER_TIMEOUT.
+# xqp_wireup_peer's output goes to $WORK/client.
+stream_to_failure() {
+    UCX_XQP_PEER_TIMEOUT=${POWER_PEER_TIMEOUT}s \
+        "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$WORK/$1.b" --connect-to "$2" \
+        --eps 1 --stream 90 --ready-file "$WORK/$1.ready" --expect-peer-failure \
+        --reconnect-to "$3" --timeout "$4" > "$WORK/client" 2>&1
+}
+
 # ---------------------------------------------------------------- restart
 # Host 0 streams to a server on host 1 over xqp, then has xqp-vm restart
 # host 1 (its QEMU killed, then booted again: same MACs, addresses and GIDs,
@@ -626,10 +647,7 @@ test_restart() {
         exit 1
     ) &
     local restarter=$!
-    UCX_XQP_PEER_TIMEOUT=${POWER_PEER_TIMEOUT}s \
-        "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$WORK/restart.b" --connect-to "$SYNC/restart.a" \
-        --eps 1 --stream 90 --ready-file "$WORK/restart.ready" --expect-peer-failure \
-        --reconnect-to "$SYNC/restart.c" --timeout 150 > "$WORK/client" 2>&1 || rc=$?
+    stream_to_failure restart "$SYNC/restart.a" "$SYNC/restart.c" 150 || rc=$?
     cat "$WORK/client"
     wait "$restarter" || { echo "the restart failed"; rc=1; }
     [[ $rc == 0 ]] || return 1
@@ -716,10 +734,7 @@ test_power_loss_xqp() {
         power_off_now && date +%s.%N > "$WORK/power.off"
     ) &
     local killer=$!
-    UCX_XQP_PEER_TIMEOUT=${POWER_PEER_TIMEOUT}s \
-        "$RUN" "$PEER" --dev "$DEV:1" --addr-file "$WORK/power.b" --connect-to "$SYNC/power.a" \
-        --eps 1 --stream 90 --ready-file "$WORK/power.ready" --expect-peer-failure \
-        --reconnect-to "$WORK/power.c" --timeout 60 > "$WORK/client" 2>&1 || rc=$?
+    stream_to_failure power "$SYNC/power.a" "$WORK/power.c" 60 || rc=$?
     cat "$WORK/client"
     took=$((SECONDS - start))
     wait "$killer" || { echo "the power-off failed"; rc=1; }
