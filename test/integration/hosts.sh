@@ -600,6 +600,18 @@ stream_to_failure() {
         --reconnect-to "$3" --timeout "$4" > "$WORK/client" 2>&1
 }
 
+# ask_xqp_vm ACTION DONE: create ACTION-host.$OTHER (kill or restart) for
+# xqp-vm and wait, 30 s at most, for its host-DONE.$OTHER
+ask_xqp_vm() {
+    local n=300 t0=$SECONDS
+    : > "$SYNC/$1-host.$OTHER"
+    while ((n-- > 0)) && [[ ! -e $SYNC/host-$2.$OTHER ]]; do
+        nap 0.1
+    done
+    [[ -e $SYNC/host-$2.$OTHER ]] || { echo "xqp-vm did not report host $OTHER $2 within 30 s"; return 1; }
+    echo "host $OTHER $2 $((SECONDS - t0)) s after the request"
+}
+
 # ---------------------------------------------------------------- restart
 # Host 0 streams to a server on host 1 over xqp, then has xqp-vm restart
 # host 1 (its QEMU killed, then booted again: same MACs, addresses and GIDs,
@@ -641,10 +653,7 @@ test_restart() {
         nap 2
         echo "host 0: restarting host 1"
         date +%s.%N > "$WORK/restart.off"
-        : > "$SYNC/restart-host.$OTHER"
-        for _ in $(seq 300); do [[ -e $SYNC/host-restarted.$OTHER ]] && exit 0; nap 0.1; done
-        echo "xqp-vm did not restart host $OTHER within 30 s"
-        exit 1
+        ask_xqp_vm restart restarted
     ) &
     local restarter=$!
     stream_to_failure restart "$SYNC/restart.a" "$SYNC/restart.c" 150 || rc=$?
@@ -693,14 +702,8 @@ power_victim() {
 
 # power_off_now: request host 1's power-off and wait until xqp-vm did it
 power_off_now() {
-    local n=300 t0=$SECONDS
     echo "host 0: powering host 1 off"
-    : > "$SYNC/kill-host.$OTHER"
-    while ((n-- > 0)) && [[ ! -e $SYNC/host-killed.$OTHER ]]; do
-        nap 0.1
-    done
-    [[ -e $SYNC/host-killed.$OTHER ]] || { echo "xqp-vm did not report host $OTHER killed within 30 s"; return 1; }
-    echo "host $OTHER powered off $((SECONDS - t0)) s after the request"
+    ask_xqp_vm kill killed
 }
 
 test_power_off() {
