@@ -41,24 +41,46 @@ wireup::Connection &ConnTable::open(ConnUser &user, const sockaddr_storage &dst,
             }
         }
     }
-    entries_.push_back(Entry{std::make_unique<wireup::Connection>(cm_, ece_provider_, config_,
+    Entry &entry = add(Entry{std::make_unique<wireup::Connection>(cm_, ece_provider_, config_,
                                                                   *this, conn_id),
                              {peer, pair_sn}, &user, false});
-    wireup::Connection &conn = *entries_.back().conn;
-    conn.connect(dst, pair_sn, self);
-    return conn;
+    if (pair_sn != 0) {
+        ours_[entry.key] = &entry;
+    }
+    entry.conn->connect(dst, pair_sn, self);
+    return *entry.conn;
+}
+
+ConnTable::Entry &ConnTable::add(Entry entry)
+{
+    entries_.push_back(std::move(entry));
+    const auto it = std::prev(entries_.end());
+    by_conn_.emplace(it->conn.get(), it);
+    return *it;
+}
+
+void ConnTable::erase(Entries::iterator it)
+{
+    for (auto *index : {&unmatched_, &ours_}) {
+        const auto found = index->find(it->key);
+        if ((found != index->end()) && (found->second == &*it)) {
+            index->erase(found);
+        }
+    }
+    log_.forget(it->conn.get());
+    by_conn_.erase(it->conn.get());
+    entries_.erase(it);
 }
 
 ConnTable::Entry *ConnTable::crossing(const wireup::Hello &hello)
 {
-    const MatchKey key{hello.listener, hello.pair_sn};
-    for (auto &entry : entries_) {
-        if ((entry.key == key) && (entry.sender != nullptr) && entry.conn->active() &&
-            entry.conn->attempting()) {
-            return &entry;
-        }
+    const auto it = ours_.find({hello.listener, hello.pair_sn});
+    if (it == ours_.end()) {
+        return nullptr;
     }
-    return nullptr;
+    Entry &entry = *it->second;
+    return ((entry.sender != nullptr) && entry.conn->active() && entry.conn->attempting()) ? &entry
+                                                                                : nullptr;
 }
 
 void ConnTable::accept(const wireup::CmEvent &event)
@@ -82,10 +104,9 @@ void ConnTable::accept(const wireup::CmEvent &event)
         return;
     }
     const MatchKey key = shared ? MatchKey{hello->listener, hello->pair_sn} : MatchKey{};
-    entries_.push_back(Entry{std::make_unique<wireup::Connection>(cm_, ece_provider_, config_,
+    Entry &entry = add(Entry{std::make_unique<wireup::Connection>(cm_, ece_provider_, config_,
                                                                   *this, 0),
                              key, nullptr, true /* the peer's endpoint opened it */});
-    Entry &entry = entries_.back();
     log_.add(entry.conn.get());
     if (ours != nullptr) {
         /* the peer's is kept: our endpoint drops its own attempt (the data
@@ -94,7 +115,7 @@ void ConnTable::accept(const wireup::CmEvent &event)
                   name_.c_str(), hello->pair_sn, wireup::to_string(hello->listener).c_str());
         entry.sender = ours->sender;
         ours->conn->close();
-        entries_.remove_if([ours](const Entry &e) { return &e == ours; });
+        erase(by_conn_.at(ours->conn.get()));
         entry.sender->on_moved(*entry.conn);
     } else if (shared) {
         Entry *&slot = unmatched_[key];
@@ -122,6 +143,7 @@ void ConnTable::release(wireup::Connection &conn)
     if (!entry->peer_sends) {
         entry->conn->close(); /* neither side sends on it */
     }
+    maybe_ended(conn);
     reap();
 }
 
@@ -141,6 +163,7 @@ void ConnTable::on_notice(uint32_t qp_num, bool sends)
         entry.peer_sends = sends;
         if (!sends && (entry.sender == nullptr)) {
             entry.conn->close(); /* neither side sends on it */
+            maybe_ended(*entry.conn);
             reap();
         }
         return;
@@ -151,15 +174,20 @@ void ConnTable::on_notice(uint32_t qp_num, bool sends)
 
 void ConnTable::reap()
 {
-    for (auto it = entries_.begin(); it != entries_.end();) {
+    /* an entry ends when its connection failed or closed and nobody sends
+     * on it: each change of either is reported to maybe_ended() */
+    std::vector<const wireup::Connection *> ended;
+    ended.swap(ended_);
+    for (const auto *conn : ended) {
+        const auto found = by_conn_.find(conn);
+        if (found == by_conn_.end()) {
+            continue; /* already destroyed */
+        }
+        const auto it    = found->second;
         const auto state = it->conn->state();
         if ((it->sender == nullptr) &&
             ((state == wireup::ConnState::Failed) || (state == wireup::ConnState::Closed))) {
-            unindex(*it);
-            log_.forget(it->conn.get());
-            it = entries_.erase(it);
-        } else {
-            ++it;
+            erase(it);
         }
     }
 }
@@ -167,6 +195,9 @@ void ConnTable::reap()
 void ConnTable::clear()
 {
     unmatched_.clear();
+    ours_.clear();
+    ended_.clear();
+    by_conn_.clear();
     entries_.clear();
 }
 
@@ -179,22 +210,10 @@ size_t ConnTable::held() const
     return n;
 }
 
-void ConnTable::unindex(Entry &entry)
-{
-    const auto it = unmatched_.find(entry.key);
-    if ((it != unmatched_.end()) && (it->second == &entry)) {
-        unmatched_.erase(it);
-    }
-}
-
 ConnTable::Entry *ConnTable::find(const wireup::Connection &conn)
 {
-    for (auto &entry : entries_) {
-        if (entry.conn.get() == &conn) {
-            return &entry;
-        }
-    }
-    return nullptr;
+    const auto it = by_conn_.find(&conn);
+    return (it != by_conn_.end()) ? &*it->second : nullptr;
 }
 
 const ConnTable::Entry *ConnTable::find(const wireup::Connection &conn) const
@@ -227,6 +246,7 @@ void ConnTable::on_established(wireup::Connection &conn)
 void ConnTable::on_failed(wireup::Connection &conn)
 {
     record(conn);
+    maybe_ended(conn);
     const Entry *entry = find(conn);
     if ((entry != nullptr) && (entry->sender != nullptr)) {
         entry->sender->on_failed(conn);
@@ -239,6 +259,7 @@ void ConnTable::on_failed(wireup::Connection &conn)
 void ConnTable::on_closed(wireup::Connection &conn)
 {
     record(conn);
+    maybe_ended(conn);
     const Entry *entry = find(conn);
     if ((entry != nullptr) && (entry->sender != nullptr)) {
         entry->sender->on_closed(conn);

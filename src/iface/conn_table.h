@@ -50,7 +50,9 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace xqp::iface {
 
@@ -104,7 +106,8 @@ public:
     void on_notice(uint32_t qp_num, bool sends);
 
     /* Destroys the connections that ended and that nobody sends on; never
-     * called from inside a connection's own callback. */
+     * called from inside a connection's own callback. Only the entries
+     * whose state or sender changed since the last call are looked at. */
     void reap();
 
     /* Destroys every connection (the interface goes). */
@@ -136,20 +139,33 @@ private:
         bool       peer_sends = false;   /* the peer sends */
     };
 
+    using Entries = std::list<Entry>;
+
     Entry       *find(const wireup::Connection &conn);
     const Entry *find(const wireup::Connection &conn) const;
     /* our endpoint's attempt that crosses the peer's request (hello) */
     Entry       *crossing(const wireup::Hello &hello);
     void         record(wireup::Connection &conn);
-    void         unindex(Entry &entry);
+    Entry       &add(Entry entry);
+    void         erase(Entries::iterator it);
+    /* conn may have ended, or lost its sender: reap() looks at it */
+    void         maybe_ended(const wireup::Connection &conn) { ended_.push_back(&conn); }
 
     wireup::CmOps               &cm_;
     wireup::EceProvider         &ece_provider_;
     const wireup::WireupConfig   config_;
     const std::string            name_;
-    std::list<Entry>             entries_;
+    Entries                      entries_;
+    /* every entry by its connection: the events and the owner's callbacks
+     * find theirs in constant time, not by a walk of the table */
+    std::unordered_map<const wireup::Connection *, Entries::iterator> by_conn_;
     /* accepted shared connections no endpoint of ours sends on yet */
     std::map<MatchKey, Entry *>  unmatched_;
+    /* our own shared connections (pair number not 0), by key: what a
+     * peer's request crosses */
+    std::map<MatchKey, Entry *>  ours_;
+    /* what reap() looks at */
+    std::vector<const wireup::Connection *> ended_;
     /* endpoints created toward each peer interface (pair numbers) */
     std::map<wireup::ListenerKey, uint32_t> pair_seq_;
     PassiveLog                   log_{kPassiveRecords};

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <unordered_map>
 
 namespace xqp::wireup {
 class Connection;
@@ -29,8 +30,11 @@ public:
     /* a new request, handled by conn */
     void add(const wireup::Connection *conn)
     {
+        forget(conn);
+        index_[conn] = count();
         records_.push_back(Record{conn, xqp_wireup_info_t{}});
         if (records_.size() > capacity_) {
+            forget(records_.front().conn);
             records_.pop_front();
             ++dropped_;
         }
@@ -38,20 +42,16 @@ public:
     /* conn's record, nullptr when it has none (any more) */
     xqp_wireup_info_t *find(const wireup::Connection *conn)
     {
-        for (auto &record : records_) {
-            if (record.conn == conn) {
-                return &record.info;
-            }
-        }
-        return nullptr;
+        const auto it = index_.find(conn);
+        return (it != index_.end()) ? &records_[it->second - dropped_].info : nullptr;
     }
     /* conn is destroyed: its record stays, unattached */
     void forget(const wireup::Connection *conn)
     {
-        for (auto &record : records_) {
-            if (record.conn == conn) {
-                record.conn = nullptr;
-            }
+        const auto it = index_.find(conn);
+        if (it != index_.end()) {
+            records_[it->second - dropped_].conn = nullptr;
+            index_.erase(it);
         }
     }
     /* every request so far, the dropped ones included */
@@ -74,6 +74,9 @@ private:
     size_t             capacity_;
     std::deque<Record> records_;
     uint64_t           dropped_ = 0;
+    /* the attached records' numbers (count() when added), by connection:
+     * a connection's events find its record without a walk of the log */
+    std::unordered_map<const wireup::Connection *, uint64_t> index_;
 };
 
 } // namespace xqp::iface

@@ -247,6 +247,28 @@ TEST(ConnTable, AFailedConnectionNobodySendsOnIsDestroyed)
     EXPECT_EQ(0u, r.table->size());
 }
 
+TEST(ConnTable, AConnectionEndsWhenItsPeerDisconnectsAndNobodySendsOnIt)
+{
+    /* two connections: what ends one leaves the other alone */
+    TableRig r;
+    r.request(1);
+    r.request(2);
+    FakeUser a, b;
+    Connection &ca = r.table->open(a, r.peer(), 1);
+    Connection &cb = r.table->open(b, r.peer(), 2);
+    r.feed(ca, RDMA_CM_EVENT_ESTABLISHED);
+    r.feed(cb, RDMA_CM_EVENT_ESTABLISHED);
+    r.table->release(ca);
+    EXPECT_EQ(2u, r.table->size()) << "closed a connection the peer sends on";
+    r.feed(ca, RDMA_CM_EVENT_DISCONNECTED);
+    EXPECT_EQ(1u, r.table->size()) << "a connection nobody sends on outlived its peer";
+    r.feed(cb, RDMA_CM_EVENT_DISCONNECTED);
+    EXPECT_EQ(b.events, (std::vector<std::string>{"established", "closed"}));
+    EXPECT_EQ(1u, r.table->size()) << "destroyed while its endpoint still uses it";
+    r.table->release(cb);
+    EXPECT_EQ(0u, r.table->size());
+}
+
 TEST(ConnTable, BothSidesConnectingKeepTheLowerListenersConnection)
 {
     {

@@ -49,4 +49,19 @@ TEST(PassiveLog, AForgottenConnectionKeepsItsRecord)
     EXPECT_EQ(1u, log.count());
 }
 
+TEST(PassiveLog, AConnectionAtAForgottenOnesAddressGetsItsOwnRecord)
+{
+    PassiveLog log(4);
+    log.add(conn(0));
+    log.find(conn(0))->qp_num = 1;
+    log.forget(conn(0));
+    log.add(conn(0)); /* a new connection where the destroyed one was */
+    log.find(conn(0))->qp_num = 2;
+    xqp_wireup_info_t info = {};
+    ASSERT_EQ(0, log.get(0, &info));
+    EXPECT_EQ(1u, info.qp_num) << "the new connection wrote the old one's record";
+    ASSERT_EQ(0, log.get(1, &info));
+    EXPECT_EQ(2u, info.qp_num);
+}
+
 } // namespace
