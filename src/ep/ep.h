@@ -145,7 +145,7 @@ public:
     /* whether this endpoint connects to the listener at dst */
     bool connects_to(const sockaddr_storage &dst) const;
     /* from the interface's timer (async thread, wireup lock held) */
-    void check_timeout(double now) { conn_->check_timeout(now); }
+    void check_timeout(double now);
     /* the peer deadline (Iface::watch_peers, main thread): requests in
      * flight that saw no completion for timeout fail the endpoint with
      * UCS_ERR_ENDPOINT_TIMEOUT */

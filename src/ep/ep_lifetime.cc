@@ -280,6 +280,12 @@ void Endpoint::on_moved(wireup::Connection &conn)
     announce_owed_ = true; /* dispatch() sends it once connected */
 }
 
+void Endpoint::check_timeout(double now)
+{
+    /* wireup lock held (the interface's timer) */
+    iface_->conns().check_timeout(*conn_, now);
+}
+
 void Endpoint::on_log(wireup::Connection &, const std::string &line)
 {
     ucs_debug("xqp: ep %p to %s: %s", this, iface::to_string(dst_).c_str(), line.c_str());

@@ -91,6 +91,9 @@ void ConnTable::accept(const wireup::CmEvent &event)
     const bool shared = config_.share && hello && (hello->kind == wireup::Hello::Kind::Request) &&
                         hello->share && hello->listener.known() && (hello->pair_sn != 0) &&
                         (hello->listener != config_.listener);
+    if (hello && hello->listener.known()) {
+        ++heard_[hello->listener]; /* the peer is alive */
+    }
     Entry *ours = shared ? crossing(*hello) : nullptr;
     if ((ours != nullptr) && (config_.listener < hello->listener)) {
         /* both sides connect at once, and ours is kept: the peer's
@@ -127,10 +130,28 @@ void ConnTable::accept(const wireup::CmEvent &event)
 
 void ConnTable::on_event(wireup::Connection &conn, const wireup::CmEvent &event)
 {
+    const bool from_peer = (event.type == RDMA_CM_EVENT_CONNECT_RESPONSE) ||
+                           (event.type == RDMA_CM_EVENT_REJECTED) ||
+                           (event.type == RDMA_CM_EVENT_ESTABLISHED);
+    if (from_peer && conn.active()) {
+        if (const Entry *entry = find(conn)) {
+            ++heard_[entry->key.first];
+        }
+    }
     conn.on_event(event);
     if (!conn.active()) {
         record(conn);
     }
+}
+
+void ConnTable::check_timeout(wireup::Connection &conn, double now)
+{
+    const Entry *entry = find(conn);
+    if (entry == nullptr) {
+        return;
+    }
+    const auto it = heard_.find(entry->key.first);
+    conn.check_timeout(now, (it != heard_.end()) ? it->second : 0);
 }
 
 void ConnTable::release(wireup::Connection &conn)

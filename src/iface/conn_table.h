@@ -93,6 +93,11 @@ public:
     /* A later rdma_cm event of conn's id. */
     void on_event(wireup::Connection &conn, const wireup::CmEvent &event);
 
+    /* conn's connect timeout (Connection::check_timeout), which counts only
+     * the time its peer is silent: an answer to another of our attempts to
+     * the same peer interface, or a request from it, restarts the clock */
+    void check_timeout(wireup::Connection &conn, double now);
+
     /* Its user no longer sends on conn (its requests are complete). The
      * connection stays while the peer sends on it; otherwise it is closed
      * and destroyed now. */
@@ -168,6 +173,8 @@ private:
     std::vector<const wireup::Connection *> ended_;
     /* endpoints created toward each peer interface (pair numbers) */
     std::map<wireup::ListenerKey, uint32_t> pair_seq_;
+    /* what we heard from each peer interface (answers, requests): a count */
+    std::map<wireup::ListenerKey, uint64_t> heard_;
     PassiveLog                   log_{kPassiveRecords};
 };
 

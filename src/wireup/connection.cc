@@ -137,13 +137,14 @@ void Connection::connect(const sockaddr_storage &dst, uint32_t pair_sn, bool sel
     start_attempt();
 }
 
-void Connection::check_timeout(double now)
+void Connection::check_timeout(double now, uint64_t peer_heard)
 {
     if (!attempting() || (config_.connect_timeout_s <= 0)) {
         return;
     }
-    if (attempt_start_ < 0) {
+    if ((attempt_start_ < 0) || (peer_heard != peer_heard_)) {
         attempt_start_ = now;
+        peer_heard_    = peer_heard;
         return;
     }
     if (now - attempt_start_ > config_.connect_timeout_s) {

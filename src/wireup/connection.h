@@ -149,9 +149,14 @@ public:
      * telling the owner. */
     void inject_failure(ucs_status_t status, const std::string &reason, unsigned hold_us = 0);
 
-    /* active side: fails the current attempt (and retries) when it has run
-     * longer than connect_timeout_s; now is in seconds on any monotonic clock */
-    void check_timeout(double now);
+    /* active side: fails the current attempt (and retries) when the peer
+     * has been silent for longer than connect_timeout_s since the attempt
+     * started; now is in seconds on any monotonic clock. peer_heard counts
+     * what this side heard from the peer (answers to its other attempts,
+     * its own requests): a change restarts the clock, since a peer that
+     * answers others is alive and only busy (with a burst of our own
+     * requests, for one) */
+    void check_timeout(double now, uint64_t peer_heard = 0);
     /* active side, between connect() and established or failed for good:
      * what check_timeout() times */
     bool attempting() const
@@ -227,6 +232,7 @@ private:
     bool               retire_failed_ = false;
     unsigned           attempts_ = 0;
     double             attempt_start_ = -1; /* set by the first check_timeout */
+    uint64_t           peer_heard_    = 0;  /* check_timeout's peer_heard then */
     ucs_status_t       status_   = UCS_OK;
     int                reject_reason_ = 0;
     std::string        error_;

@@ -269,6 +269,33 @@ TEST(ConnTable, AConnectionEndsWhenItsPeerDisconnectsAndNobodySendsOnIt)
     EXPECT_EQ(0u, r.table->size());
 }
 
+TEST(ConnTable, AnAttemptWaitsWhileItsPeerAnswersOthers)
+{
+    /* a burst of attempts to one peer: the peer answers them one by one,
+     * and the last ones wait longer than the connect timeout in all. Each
+     * answer restarts the others' clocks: a busy peer is not a silent one */
+    TableRig r;
+    r.cfg.connect_timeout_s = 10.0;
+    r.table = std::make_unique<ConnTable>(r.cm, r.ece, r.cfg, "test");
+    FakeUser first, second;
+    Connection &a = r.table->open(first, r.peer(), 1);
+    Connection &b = r.table->open(second, r.peer(), 2);
+    for (Connection *conn : {&a, &b}) {
+        r.feed(*conn, RDMA_CM_EVENT_ADDR_RESOLVED);
+        r.feed(*conn, RDMA_CM_EVENT_ROUTE_RESOLVED);
+        r.table->check_timeout(*conn, 0.0);
+    }
+    r.feed(a, RDMA_CM_EVENT_CONNECT_RESPONSE, r.hello(Hello::Kind::Reply, 1, 1));
+    EXPECT_EQ(ConnState::Connected, a.state());
+    r.table->check_timeout(b, 9.0);
+    r.table->check_timeout(b, 12.0);
+    EXPECT_EQ(1u, b.attempts()) << "timed out while its peer was answering";
+    EXPECT_EQ(ConnState::Connecting, b.state());
+    /* then the peer falls silent */
+    r.table->check_timeout(b, 19.5);
+    EXPECT_EQ(2u, b.attempts()) << "no retry after 10.5 s of silence";
+}
+
 TEST(ConnTable, BothSidesConnectingKeepTheLowerListenersConnection)
 {
     {
