@@ -71,8 +71,11 @@ ucs_config_field_t config_table[] = {
 
     {"CONNECT_TIMEOUT", "10s",
      "How long one connection attempt (address and route resolution, then\n"
-     "the CM exchange) may take before it is abandoned and retried; a peer\n"
-     "that never answers is reported after (retries + 1) times this.",
+     "the CM exchange) may wait on a silent peer before it is abandoned and\n"
+     "retried: an answer to another attempt to the same peer interface, or a\n"
+     "request from it, starts the wait over (a busy peer is not a silent\n"
+     "one). A peer that never answers is reported after (retries + 1) times\n"
+     "this.",
      ucs_offsetof(Config, connect_timeout), UCS_CONFIG_TYPE_TIME},
 
     {"PEER_TIMEOUT", "10s",
