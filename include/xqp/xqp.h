@@ -31,7 +31,9 @@ typedef enum {
     XQP_CONN_CONNECTED,
     XQP_CONN_FAILED,
     XQP_CONN_CLOSED,
-    XQP_CONN_AWAITING /* sharing: the peer connects to us at the same time */
+    XQP_CONN_AWAITING, /* sharing: the peer connects to us at the same time */
+    XQP_CONN_QUEUED    /* waiting for one of the interface's attempts in flight
+                        * to end (UCX_XQP_CONNECT_WINDOW) */
 } xqp_conn_state_t;
 
 typedef struct {

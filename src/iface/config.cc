@@ -94,6 +94,15 @@ ucs_config_field_t config_table[] = {
      "new rdma_cm id and QP. A reject because of ECE options is not retried.",
      ucs_offsetof(Config, connect_retries), UCS_CONFIG_TYPE_UINT},
 
+    {"CONNECT_WINDOW", "64",
+     "How many of an interface's connection attempts may be in flight at once\n"
+     "(resolving, or waiting for the peer's answer); endpoints created beyond\n"
+     "that wait for one to end, in order. A burst of connect requests beyond\n"
+     "what the port's CM receive queue holds (ib_core's recv_queue_size, 512\n"
+     "MADs) loses some, which the kernel CM resends only after seconds.\n"
+     "0: no limit.",
+     ucs_offsetof(Config, connect_window), UCS_CONFIG_TYPE_UINT},
+
     {"TX_QUEUE_LEN", "256",
      "Send queue length of each data QP.",
      ucs_offsetof(Config, tx_queue_len), UCS_CONFIG_TYPE_UINT},

@@ -36,6 +36,7 @@ struct Config {
     double             connect_timeout;
     double             peer_timeout;  /* 0 or inf: no deadline */
     unsigned           connect_retries;
+    unsigned           connect_window; /* 0: no limit */
     unsigned           tx_queue_len;
     unsigned           rx_queue_len;
     size_t             seg_size;

@@ -4,6 +4,7 @@
 #include <ucs/debug/log.h>
 #include <ucs/sys/string.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace xqp::iface {
@@ -47,8 +48,33 @@ wireup::Connection &ConnTable::open(ConnUser &user, const sockaddr_storage &dst,
     if (pair_sn != 0) {
         ours_[entry.key] = &entry;
     }
-    entry.conn->connect(dst, pair_sn, self);
-    return *entry.conn;
+    wireup::Connection &conn = *entry.conn;
+    if ((config_.connect_window == 0) || self) {
+        conn.connect(dst, pair_sn, self);
+        return conn;
+    }
+    conn.queue(dst, pair_sn);
+    queued_.push_back(&conn);
+    pump();
+    return conn;
+}
+
+void ConnTable::pump()
+{
+    if ((config_.connect_window == 0) || queued_.empty()) {
+        return;
+    }
+    flying_.erase(std::remove_if(flying_.begin(), flying_.end(),
+                                 [](const wireup::Connection *conn) { return !conn->in_flight(); }),
+                  flying_.end());
+    while ((flying_.size() < config_.connect_window) && !queued_.empty()) {
+        wireup::Connection *conn = queued_.front();
+        queued_.pop_front();
+        conn->start(); /* may fail at once: then it is not in flight */
+        if (conn->in_flight()) {
+            flying_.push_back(conn);
+        }
+    }
 }
 
 ConnTable::Entry &ConnTable::add(Entry entry)
@@ -69,6 +95,13 @@ void ConnTable::erase(Entries::iterator it)
     }
     log_.forget(it->conn.get());
     by_conn_.erase(it->conn.get());
+    if (config_.connect_window != 0) {
+        const wireup::Connection *conn = it->conn.get();
+        flying_.erase(std::remove(flying_.begin(), flying_.end(), conn), flying_.end());
+        if (conn->active() && (conn->attempts() == 0)) { /* never started */
+            queued_.erase(std::remove(queued_.begin(), queued_.end(), conn), queued_.end());
+        }
+    }
     entries_.erase(it);
 }
 
@@ -95,7 +128,9 @@ void ConnTable::accept(const wireup::CmEvent &event)
         ++heard_[hello->listener]; /* the peer is alive */
     }
     Entry *ours = shared ? crossing(*hello) : nullptr;
-    if ((ours != nullptr) && (config_.listener < hello->listener)) {
+    /* a queued attempt of ours never reached the peer: the peer's is kept */
+    const bool ours_sent = (ours != nullptr) && (ours->conn->state() != wireup::ConnState::Queued);
+    if (ours_sent && (config_.listener < hello->listener)) {
         /* both sides connect at once, and ours is kept: the peer's
          * endpoint waits for it */
         ucs_debug("xqp: %s: both sides connect (pair %u with %s): keeping ours", name_.c_str(),
@@ -126,6 +161,7 @@ void ConnTable::accept(const wireup::CmEvent &event)
     }
     entry.conn->accept_request(event, hello, why);
     record(*entry.conn);
+    pump(); /* a crossing queued attempt may have gone */
 }
 
 void ConnTable::on_event(wireup::Connection &conn, const wireup::CmEvent &event)
@@ -142,6 +178,7 @@ void ConnTable::on_event(wireup::Connection &conn, const wireup::CmEvent &event)
     if (!conn.active()) {
         record(conn);
     }
+    pump();
 }
 
 void ConnTable::check_timeout(wireup::Connection &conn, double now)
@@ -152,6 +189,7 @@ void ConnTable::check_timeout(wireup::Connection &conn, double now)
     }
     const auto it = heard_.find(entry->key.first);
     conn.check_timeout(now, (it != heard_.end()) ? it->second : 0);
+    pump();
 }
 
 void ConnTable::release(wireup::Connection &conn)
@@ -211,12 +249,15 @@ void ConnTable::reap()
             erase(it);
         }
     }
+    pump();
 }
 
 void ConnTable::clear()
 {
     unmatched_.clear();
     ours_.clear();
+    flying_.clear();
+    queued_.clear();
     ended_.clear();
     by_conn_.clear();
     entries_.clear();
@@ -302,6 +343,7 @@ void fill_wireup_info(const wireup::Connection &conn, xqp_wireup_info_t *info)
     std::memset(info, 0, sizeof(*info));
     static_assert(int(wireup::ConnState::Closed) == XQP_CONN_CLOSED, "states match");
     static_assert(int(wireup::ConnState::Awaiting) == XQP_CONN_AWAITING, "states match");
+    static_assert(int(wireup::ConnState::Queued) == XQP_CONN_QUEUED, "states match");
     info->state         = static_cast<int>(conn.state());
     info->attempts      = conn.attempts();
     info->status        = conn.status();

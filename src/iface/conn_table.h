@@ -36,6 +36,19 @@
  * attempt. A peer whose request never comes is waited for connect_timeout_s,
  * then connected to again.
  *
+ * The connect window. At most connect_window of the table's own attempts
+ * are in flight at once (Connection::in_flight: resolving or connecting
+ * through rdma_cm); an endpoint created beyond that waits, Queued, and is
+ * started when one of them ends, in the order they were created. A burst of
+ * endpoints (UCX's 2048-endpoint pending tests) would otherwise send its
+ * connect requests all at once, and the CM's MADs overflow the port's
+ * receive queue (ib_core's recv_queue_size, 512) and the listener's backlog:
+ * the kernel CM then retransmits them after seconds. A retry keeps its
+ * attempt's place; an attempt that awaits the peer's connection gives it up,
+ * and its retry, if the peer's never comes, goes beyond the window. A
+ * queued attempt the peer's request crosses is dropped for the peer's
+ * connection whichever listener key is lower: it never reached the peer.
+ *
  * All of it runs with the interface's wireup lock held.
  */
 #ifndef XQP_IFACE_CONN_TABLE_H
@@ -46,6 +59,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <map>
 #include <memory>
@@ -153,6 +167,8 @@ private:
     void         record(wireup::Connection &conn);
     Entry       &add(Entry entry);
     void         erase(Entries::iterator it);
+    /* starts queued attempts while the window has room */
+    void         pump();
     /* conn may have ended, or lost its sender: reap() looks at it */
     void         maybe_ended(const wireup::Connection &conn) { ended_.push_back(&conn); }
 
@@ -176,6 +192,10 @@ private:
     /* what we heard from each peer interface (answers, requests): a count */
     std::map<wireup::ListenerKey, uint64_t> heard_;
     PassiveLog                   log_{kPassiveRecords};
+    /* the connect window: our attempts in flight (some may have ended
+     * since: pump() looks), and those queued, oldest first */
+    std::vector<wireup::Connection *> flying_;
+    std::deque<wireup::Connection *>  queued_;
 };
 
 } // namespace xqp::iface

@@ -293,6 +293,7 @@ void Iface::configure(const Config &config, const ibv_device_attr &dev_attr,
     wireup_config_.route_timeout_ms = to_timeout_ms("ROUTE_RESOLVE_TIMEOUT",
                                                     config.route_resolve_timeout);
     wireup_config_.max_retries      = config.connect_retries;
+    wireup_config_.connect_window   = config.connect_window;
     wireup_config_.share            = (config.share != 0);
     wireup_config_.connect_timeout_s = to_timeout_ms("CONNECT_TIMEOUT", config.connect_timeout) / 1000.0;
     if (!(config.peer_timeout >= 0)) {

@@ -19,6 +19,7 @@ const char *to_string(ConnState state)
     case ConnState::Failed:         return "failed";
     case ConnState::Closed:         return "closed";
     case ConnState::Awaiting:       return "awaiting the peer's connection";
+    case ConnState::Queued:         return "queued behind other attempts";
     }
     return "?";
 }
@@ -137,10 +138,27 @@ void Connection::connect(const sockaddr_storage &dst, uint32_t pair_sn, bool sel
     start_attempt();
 }
 
+void Connection::queue(const sockaddr_storage &dst, uint32_t pair_sn)
+{
+    active_   = true;
+    self_     = false;
+    dst_      = dst;
+    pair_sn_  = pair_sn;
+    attempts_ = 0;
+    state_    = ConnState::Queued;
+}
+
+void Connection::start()
+{
+    if (state_ == ConnState::Queued) {
+        start_attempt();
+    }
+}
+
 void Connection::check_timeout(double now, uint64_t peer_heard)
 {
-    if (!attempting() || (config_.connect_timeout_s <= 0)) {
-        return;
+    if (!attempting() || (state_ == ConnState::Queued) || (config_.connect_timeout_s <= 0)) {
+        return; /* a queued attempt has not started: its wait is the others' */
     }
     if ((attempt_start_ < 0) || (peer_heard != peer_heard_)) {
         attempt_start_ = now;

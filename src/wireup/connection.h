@@ -7,7 +7,9 @@
  * interface for the passive side) feeds it the rdma_cm events of its id and
  * hears about the outcome through ConnectionOwner.
  *
- *   active:  Idle -> ResolvingAddr -> ResolvingRoute -> Connecting -> Connected
+ *   active:  Idle [-> Queued] -> ResolvingAddr -> ResolvingRoute -> Connecting
+ *            -> Connected (Queued: the owner starts it when one of its other
+ *             attempts in flight ends, see in_flight())
  *            (each failure before Connected retries with a fresh cm_id and QP,
  *             at most max_retries times; an ECE reject is final)
  *            sharing: Connecting -> Awaiting when the peer, connecting to
@@ -55,6 +57,8 @@ struct WireupConfig {
     /* one attempt (resolve + connect) may take this long; 0: no limit */
     double    connect_timeout_s = 0;
     unsigned  max_retries      = 3;
+    /* the owner's attempts in flight at once (iface/conn_table.h); 0: no limit */
+    unsigned  connect_window   = 0;
     /* what this side tells the peer in its Hello */
     uint64_t  iface_uuid  = 0;
     uint16_t  credits     = 0;
@@ -69,7 +73,7 @@ struct WireupConfig {
 
 enum class ConnState {
     Idle, ResolvingAddr, ResolvingRoute, Connecting, Accepting, Connected, Failed, Closed,
-    Awaiting
+    Awaiting, Queued
 };
 const char *to_string(ConnState state);
 
@@ -116,6 +120,11 @@ public:
      * transports do; should that fail, the attempt goes through rdma_cm to
      * the listener like any other. */
     void connect(const sockaddr_storage &dst, uint32_t pair_sn = 0, bool self = false);
+    /* active side: as connect(), but the first attempt waits (Queued) for
+     * start(), which the owner calls when it has room for one more attempt
+     * on the wire */
+    void queue(const sockaddr_storage &dst, uint32_t pair_sn = 0);
+    void start();
 
     /* passive side: take over the new cm_id of a CONNECT_REQUEST, whose
      * private data the interface decoded (hello; why: the decoder's reason
@@ -161,9 +170,17 @@ public:
      * what check_timeout() times */
     bool attempting() const
     {
-        return active_ && ((state_ == ConnState::ResolvingAddr) ||
-                           (state_ == ConnState::ResolvingRoute) ||
-                           (state_ == ConnState::Connecting) || (state_ == ConnState::Awaiting));
+        return in_flight() || (active_ && ((state_ == ConnState::Awaiting) ||
+                                           (state_ == ConnState::Queued)));
+    }
+    /* an attempt that loads the CM: resolving or connecting through
+     * rdma_cm (not Queued, not Awaiting, not a loopback, whose QP connects
+     * to itself) */
+    bool in_flight() const
+    {
+        return active_ && !self_ &&
+               ((state_ == ConnState::ResolvingAddr) || (state_ == ConnState::ResolvingRoute) ||
+                (state_ == ConnState::Connecting));
     }
 
     ConnState          state() const { return state_; }

@@ -399,6 +399,20 @@ int main(int argc, char **argv)
                 }
             }
         }
+        {
+            /* the connect window (UCX_XQP_CONNECT_WINDOW): what is on the
+             * wire right after the burst, and what waits its turn */
+            unsigned in_flight = 0, queued = 0;
+            for (auto ep : eps) {
+                xqp_wireup_info_t info;
+                ep_info(ep, &info);
+                in_flight += (info.state == XQP_CONN_RESOLVING_ADDR) ||
+                             (info.state == XQP_CONN_RESOLVING_ROUTE) ||
+                             (info.state == XQP_CONN_CONNECTING);
+                queued += (info.state == XQP_CONN_QUEUED);
+            }
+            std::printf("after creation: in flight %u queued %u\n", in_flight, queued);
+        }
         /* every ep resolves: flush is OK once connected, an error once failed */
         const bool resolved = progress_until([&] {
             for (auto ep : eps) {

@@ -343,3 +343,89 @@ TEST(ConnTable, ARetriedRequestReplacesTheOneBefore)
     EXPECT_FALSE(conn.active());
     EXPECT_EQ(0x102u, conn.qp()->qp_num) << "bound to the older request";
 }
+
+TEST(ConnTable, AttemptsBeyondTheWindowWaitTheirTurn)
+{
+    /* a window of 2: a burst of 4 endpoints sends 2 attempts, and each
+     * attempt that ends starts the oldest queued one */
+    TableRig r(false);
+    r.cfg.connect_window    = 2;
+    r.cfg.connect_timeout_s = 10.0;
+    r.table = std::make_unique<ConnTable>(r.cm, r.ece, r.cfg, "test");
+    FakeUser ua, ub, uc, ud;
+    Connection &a = r.table->open(ua, r.peer(), 1);
+    Connection &b = r.table->open(ub, r.peer(), 2);
+    Connection &c = r.table->open(uc, r.peer(), 3);
+    Connection &d = r.table->open(ud, r.peer(), 4);
+    EXPECT_EQ(2u, r.count("resolve_addr")) << "attempts beyond the window went out";
+    EXPECT_EQ(ConnState::Queued, c.state());
+    EXPECT_EQ(ConnState::Queued, d.state());
+    EXPECT_TRUE(c.attempting()) << "a queued endpoint is still connecting";
+    EXPECT_EQ(nullptr, c.id());
+    /* a queued attempt does not time out: its wait is the others' */
+    r.table->check_timeout(c, 0.0);
+    r.table->check_timeout(c, 60.0);
+    EXPECT_EQ(ConnState::Queued, c.state());
+    EXPECT_EQ(0u, c.attempts());
+    /* b's attempt fails and is retried: the retry keeps its place */
+    r.feed(b, RDMA_CM_EVENT_ADDR_ERROR);
+    EXPECT_EQ(2u, b.attempts());
+    EXPECT_EQ(3u, r.count("resolve_addr"));
+    EXPECT_EQ(ConnState::Queued, c.state()) << "a retry let a queued attempt in";
+    /* a connects: c, the oldest queued, goes out; d still waits */
+    r.feed(a, RDMA_CM_EVENT_ADDR_RESOLVED);
+    r.feed(a, RDMA_CM_EVENT_ROUTE_RESOLVED);
+    r.feed(a, RDMA_CM_EVENT_CONNECT_RESPONSE, r.hello(Hello::Kind::Reply, 1, 0));
+    EXPECT_EQ(ConnState::Connected, a.state());
+    EXPECT_EQ(ConnState::ResolvingAddr, c.state());
+    EXPECT_EQ(ConnState::Queued, d.state());
+    EXPECT_EQ(4u, r.count("resolve_addr"));
+    /* d's endpoint goes before its turn: nothing of it reaches the CM, and
+     * the ends of b and c start nothing more */
+    r.table->release(d);
+    EXPECT_EQ(3u, r.table->size());
+    r.log.clear();
+    r.feed(b, RDMA_CM_EVENT_ADDR_ERROR);
+    r.feed(b, RDMA_CM_EVENT_ADDR_ERROR);
+    r.feed(b, RDMA_CM_EVENT_ADDR_ERROR);
+    EXPECT_EQ(ConnState::Failed, b.state());
+    EXPECT_EQ(ub.events, (std::vector<std::string>{"failed"}));
+    r.feed(c, RDMA_CM_EVENT_ADDR_ERROR);
+    EXPECT_EQ(3u, r.count("resolve_addr")) << "b's two retries and c's one only";
+    EXPECT_EQ(ud.events, (std::vector<std::string>{}));
+}
+
+TEST(ConnTable, AnEndpointToItsOwnInterfaceIsNotQueued)
+{
+    TableRig r(false);
+    r.cfg.connect_window = 1;
+    r.table = std::make_unique<ConnTable>(r.cm, r.ece, r.cfg, "test");
+    FakeUser ua, self;
+    Connection &a = r.table->open(ua, r.peer(), 1);
+    Connection &own = r.table->open(self, ipv4(kOurIp, 7000), 2);
+    EXPECT_TRUE(a.in_flight());
+    EXPECT_NE(ConnState::Queued, own.state());
+    EXPECT_TRUE(own.loopback());
+}
+
+TEST(ConnTable, AQueuedAttemptThePeersRequestCrossesTakesThePeersConnection)
+{
+    /* ours (7000) is the lower listener, so a crossing attempt of ours
+     * would be kept; but a queued one never reached the peer, which will
+     * not yield to it: the peer's connection is taken */
+    TableRig r(true, 7001);
+    r.cfg.connect_window = 1;
+    r.table = std::make_unique<ConnTable>(r.cm, r.ece, r.cfg, "test");
+    FakeUser ua, ub;
+    Connection &a = r.table->open(ua, r.peer(), 1);
+    Connection &b = r.table->open(ub, r.peer(), 2);
+    EXPECT_EQ(ConnState::Queued, b.state());
+    r.request(2);
+    EXPECT_EQ(0u, r.count("reject_yield pdata=52"));
+    ASSERT_NE(nullptr, ub.moved_to);
+    EXPECT_FALSE(ub.moved_to->active());
+    EXPECT_EQ(2u, r.table->size()) << "the queued attempt stayed beside the peer's";
+    EXPECT_EQ(1u, r.count("resolve_addr")) << "the queued attempt went out after all";
+    r.feed(a, RDMA_CM_EVENT_ADDR_RESOLVED);
+    EXPECT_EQ(ConnState::ResolvingRoute, a.state());
+}
