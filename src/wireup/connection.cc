@@ -128,24 +128,25 @@ void Connection::attempt_failed(const std::string &reason)
 
 /* ------------------------------------------------------------------ active */
 
-void Connection::connect(const sockaddr_storage &dst, uint32_t pair_sn, bool self)
+void Connection::aim(const sockaddr_storage &dst, uint32_t pair_sn, bool self)
 {
     active_   = true;
     self_     = self;
     dst_      = dst;
     pair_sn_  = pair_sn;
     attempts_ = 0;
+}
+
+void Connection::connect(const sockaddr_storage &dst, uint32_t pair_sn, bool self)
+{
+    aim(dst, pair_sn, self);
     start_attempt();
 }
 
 void Connection::queue(const sockaddr_storage &dst, uint32_t pair_sn)
 {
-    active_   = true;
-    self_     = false;
-    dst_      = dst;
-    pair_sn_  = pair_sn;
-    attempts_ = 0;
-    state_    = ConnState::Queued;
+    aim(dst, pair_sn, false);
+    state_ = ConnState::Queued;
 }
 
 void Connection::start()

@@ -210,6 +210,8 @@ public:
     bool               qp_completes() const { return (qp_ != nullptr) && !retire_failed_; }
 
 private:
+    /* active side: what connect() and queue() set up before any attempt */
+    void aim(const sockaddr_storage &dst, uint32_t pair_sn, bool self);
     void start_attempt();
     /* frees what the connection holds: the cm_id, and the QP unless the
      * data path has it (then it is retired; final: the destructor frees it) */
