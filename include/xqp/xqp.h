@@ -85,6 +85,12 @@ XQP_API int xqp_iface_passive_count(uct_iface_h iface);
  * -EINVAL for a foreign interface. */
 XQP_API int xqp_iface_connection_count(uct_iface_h iface);
 
+/* The interface's own connection attempts now, counted at one instant:
+ * those in flight (resolving, or connecting through rdma_cm) and those
+ * queued behind them (UCX_XQP_CONNECT_WINDOW). 0, or -EINVAL for a foreign
+ * interface or a null count. */
+XQP_API int xqp_iface_attempts(uct_iface_h iface, unsigned *in_flight, unsigned *queued);
+
 #ifdef __cplusplus
 }
 #endif

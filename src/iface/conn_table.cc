@@ -272,6 +272,16 @@ size_t ConnTable::held() const
     return n;
 }
 
+void ConnTable::count_attempts(unsigned *in_flight, unsigned *queued) const
+{
+    *in_flight = 0;
+    *queued    = 0;
+    for (const auto &entry : entries_) {
+        *in_flight += entry.conn->in_flight() ? 1 : 0;
+        *queued    += (entry.conn->state() == wireup::ConnState::Queued) ? 1 : 0;
+    }
+}
+
 ConnTable::Entry *ConnTable::find(const wireup::Connection &conn)
 {
     const auto it = by_conn_.find(&conn);

@@ -137,6 +137,8 @@ public:
     size_t held() const;
     /* every connection */
     size_t size() const { return entries_.size(); }
+    /* our attempts in flight and those queued behind the connect window */
+    void count_attempts(unsigned *in_flight, unsigned *queued) const;
 
     /* what the last kPassiveRecords connect requests became */
     const PassiveLog &passive_log() const { return log_; }

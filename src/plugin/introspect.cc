@@ -60,4 +60,15 @@ XQP_API int xqp_iface_connection_count(uct_iface_h iface)
     return xiface->connection_count();
 }
 
+XQP_API int xqp_iface_attempts(uct_iface_h iface, unsigned *in_flight, unsigned *queued)
+{
+    auto *xiface = xqp::iface::Iface::from(iface);
+    if ((xiface == nullptr) || (in_flight == nullptr) || (queued == nullptr)) {
+        return -EINVAL;
+    }
+    xqp::iface::WireupGuard guard(*xiface);
+    xiface->conns().count_attempts(in_flight, queued);
+    return 0;
+}
+
 } // extern "C"

@@ -230,10 +230,12 @@ int main(int argc, char **argv)
     using info_fn    = int (*)(uct_ep_h, xqp_wireup_info_t *);
     using pinfo_fn   = int (*)(uct_iface_h, unsigned, xqp_wireup_info_t *);
     using pcount_fn  = int (*)(uct_iface_h);
+    using attempts_fn = int (*)(uct_iface_h, unsigned *, unsigned *);
     auto ep_info     = xqp_test::xqp_api<info_fn>("xqp_ep_wireup_info");
     auto pass_info   = xqp_test::xqp_api<pinfo_fn>("xqp_iface_passive_info");
     auto pass_count  = xqp_test::xqp_api<pcount_fn>("xqp_iface_passive_count");
-    if (!ep_info || !pass_info || !pass_count) {
+    auto iface_attempts = xqp_test::xqp_api<attempts_fn>("xqp_iface_attempts");
+    if (!ep_info || !pass_info || !pass_count || !iface_attempts) {
         die("the xqp introspection API is not loaded (run under xqp-run)");
     }
 
@@ -401,15 +403,16 @@ int main(int argc, char **argv)
         }
         {
             /* the connect window (UCX_XQP_CONNECT_WINDOW): what is on the
-             * wire right after the burst, and what waits its turn */
+             * wire right after the burst, and what waits its turn, counted
+             * at one instant (a walk of the endpoints' states would race
+             * the async thread: an attempt ending and a queued one starting
+             * between two reads count twice) */
             unsigned in_flight = 0, queued = 0;
-            for (auto ep : eps) {
-                xqp_wireup_info_t info;
-                ep_info(ep, &info);
-                in_flight += (info.state == XQP_CONN_RESOLVING_ADDR) ||
-                             (info.state == XQP_CONN_RESOLVING_ROUTE) ||
-                             (info.state == XQP_CONN_CONNECTING);
-                queued += (info.state == XQP_CONN_QUEUED);
+            if (iface_attempts(iface, &in_flight, &queued) != 0) {
+                die("xqp_iface_attempts refused an xqp interface");
+            }
+            if (iface_attempts(iface, nullptr, &queued) != -EINVAL) {
+                die("xqp_iface_attempts took a null count");
             }
             std::printf("after creation: in flight %u queued %u\n", in_flight, queued);
         }
