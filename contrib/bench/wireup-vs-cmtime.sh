@@ -6,7 +6,13 @@
 # xqp (uct_ep_create of N endpoints until all are established, including the
 # ECE steps), with connection sharing on (UCX_XQP_SHARE=y, the default) and
 # off. Prints each, connections per second and the ratios to cmtime (goal,
-# #36: xqp with sharing <= 1.0 x cmtime, and no slower than without it). One
+# #36: xqp with sharing <= 1.0 x cmtime, and no slower than without it).
+# cmtime's QPs hold one send request; xqp's hold UCX_XQP_TX_QUEUE_LEN (256),
+# and on rxe creating one costs about five times as much (the kernel clears
+# the send queue's pages: 256 KiB for 256 requests of 8 SGEs or 128 B
+# inline, as rc_verbs' shape has, against 4 KiB). So xqp also runs with
+# sharing on and UCX_XQP_TX_QUEUE_LEN=1, cmtime's depth: that ratio is
+# the wireup's own cost, the other the real QPs'. One
 # run of any varies by tens of percent on a loaded machine, so they are
 # compared in XQP_BENCH_ROUNDS paired rounds (default 9) and the medians of
 # the rounds' ratios are reported. Writes the
@@ -37,10 +43,16 @@ cmtime_ms() {
                 split($2, f, " "); s += f[1] } END { printf "%.1f", s }' "$tmp/cm.client"
 }
 
-# xqp_ms SHARE: N endpoints with UCX_XQP_SHARE=SHARE on both sides
+# xqp_ms SHARE [TX_QUEUE_LEN]: N endpoints with UCX_XQP_SHARE=SHARE (and
+# UCX_XQP_TX_QUEUE_LEN when given) on both sides
 xqp_ms() {
     local rc=0
     export UCX_XQP_SHARE=$1
+    if [ -n "${2:-}" ]; then
+        export UCX_XQP_TX_QUEUE_LEN=$2
+    else
+        unset UCX_XQP_TX_QUEUE_LEN
+    fi
     rm -f "$tmp"/a "$tmp"/b "$tmp"/*.done
     "$run" "$peer" --dev "$dev:1" --addr-file "$tmp/a" --expect-passive "$n" \
         --done-file "$tmp/a.done" --wait-for "$tmp/b.done" --timeout 180 > "$tmp/x.server" 2>&1 &
@@ -54,35 +66,43 @@ xqp_ms() {
 }
 
 
-# paired rounds, as in datapath.sh: xqp shared, xqp unshared, cmtime,
-# cmtime, xqp unshared, xqp shared; each keeps the faster of its two runs
-# (a stall only slows a run down) and the round's ratios are taken from those
-x_all="" u_all="" c_all="" ratios="" uratios=""
+# paired rounds, as in datapath.sh: xqp shared, xqp unshared, xqp shallow
+# (UCX_XQP_TX_QUEUE_LEN=1), cmtime, cmtime, xqp shallow, xqp unshared, xqp
+# shared; each keeps the faster of its two runs (a stall only slows a run
+# down) and the round's ratios are taken from those
+x_all="" u_all="" s_all="" c_all="" ratios="" uratios="" sratios=""
 for round in $(seq "$rounds"); do
     x1=$(xqp_ms y) || { echo "xqp connections failed"; exit 1; }
     u1=$(xqp_ms n) || { echo "xqp connections (UCX_XQP_SHARE=n) failed"; exit 1; }
+    s1=$(xqp_ms y 1) || { echo "xqp connections (UCX_XQP_TX_QUEUE_LEN=1) failed"; exit 1; }
     c1=$(cmtime_ms) || { echo "cmtime failed"; exit 1; }
     c2=$(cmtime_ms) || { echo "cmtime failed"; exit 1; }
+    s2=$(xqp_ms y 1) || { echo "xqp connections (UCX_XQP_TX_QUEUE_LEN=1) failed"; exit 1; }
     u2=$(xqp_ms n) || { echo "xqp connections (UCX_XQP_SHARE=n) failed"; exit 1; }
     x2=$(xqp_ms y) || { echo "xqp connections failed"; exit 1; }
-    echo "bench: round $round (ms): xqp $x1 $x2, xqp unshared $u1 $u2, cmtime $c1 $c2"
-    read -r x u c r ur <<< "$(awk -v a="$x1" -v b="$x2" -v e="$u1" -v f="$u2" -v c="$c1" -v d="$c2" 'BEGIN {
-        x = (a < b) ? a : b; u = (e < f) ? e : f; c = (c < d) ? c : d
-        printf "%.1f %.1f %.1f %.4f %.4f", x, u, c, x / c, u / c }')"
-    x_all="$x_all $x" u_all="$u_all $u" c_all="$c_all $c" ratios="$ratios $r" uratios="$uratios $ur"
+    echo "bench: round $round (ms): xqp $x1 $x2, xqp unshared $u1 $u2, xqp 1-entry send queue $s1 $s2, cmtime $c1 $c2"
+    read -r x u s c r ur sr <<< "$(awk -v a="$x1" -v b="$x2" -v e="$u1" -v f="$u2" -v g="$s1" -v h="$s2" \
+                                      -v c="$c1" -v d="$c2" 'BEGIN {
+        x = (a < b) ? a : b; u = (e < f) ? e : f; s = (g < h) ? g : h; c = (c < d) ? c : d
+        printf "%.1f %.1f %.1f %.1f %.4f %.4f %.4f", x, u, s, c, x / c, u / c, s / c }')"
+    x_all="$x_all $x" u_all="$u_all $u" s_all="$s_all $s" c_all="$c_all $c"
+    ratios="$ratios $r" uratios="$uratios $ur" sratios="$sratios $sr"
 done
 x_ms=$(echo "$x_all" | median)
 u_ms=$(echo "$u_all" | median)
+s_ms=$(echo "$s_all" | median)
 c_ms=$(echo "$c_all" | median)
 ratio=$(echo "$ratios" | median)
 uratio=$(echo "$uratios" | median)
+sratio=$(echo "$sratios" | median)
 lo_hi=$(echo "$ratios" | range)
+s_lo_hi=$(echo "$sratios" | range)
 
-summary=$(awk -v n="$n" -v r="$rounds" -v x="$x_ms" -v u="$u_ms" -v c="$c_ms" -v q="$ratio" -v uq="$uratio" \
-              -v lh="$lo_hi" 'BEGIN {
-    printf "bench: %d connections (medians of %d rounds): xqp %.1f ms (%.0f conn/s), UCX_XQP_SHARE=n %.1f ms, cmtime %.1f ms (%.0f conn/s), ratio %.2f (range %s; goal <= 1.0, %s), unshared %.2f (goal: shared <= unshared, %s)\n",
+summary=$(awk -v n="$n" -v r="$rounds" -v x="$x_ms" -v u="$u_ms" -v s="$s_ms" -v c="$c_ms" -v q="$ratio" \
+              -v uq="$uratio" -v sq="$sratio" -v lh="$lo_hi" -v slh="$s_lo_hi" 'BEGIN {
+    printf "bench: %d connections (medians of %d rounds): xqp %.1f ms (%.0f conn/s), UCX_XQP_SHARE=n %.1f ms, cmtime %.1f ms (%.0f conn/s), ratio %.2f (range %s; goal <= 1.0, %s), unshared %.2f (goal: shared <= unshared, %s); with cmtime'"'"'s 1-entry send queue (UCX_XQP_TX_QUEUE_LEN=1) %.1f ms, ratio %.2f (range %s)\n",
            n, r, x, n / (x / 1000), u, c, n / (c / 1000), q, lh, (q <= 1.0) ? "met" : "not met",
-           uq, (q <= uq) ? "met" : "not met" }')
+           uq, (q <= uq) ? "met" : "not met", s, sq, slh }')
 echo "$summary"
 [ -n "${WORK:-}" ] && echo "$summary" >> "$WORK/bench.txt"
 echo "bench: wireup-vs-cmtime.sh took $SECONDS s"
