@@ -12,7 +12,11 @@
 # the send queue's pages: 256 KiB for 256 requests of 8 SGEs or 128 B
 # inline, as rc_verbs' shape has, against 4 KiB). So xqp also runs with
 # sharing on and UCX_XQP_TX_QUEUE_LEN=1, cmtime's depth: that ratio is
-# the wireup's own cost, the other the real QPs'. One
+# the wireup's own cost, the other the real QPs'. In those runs only one
+# side creates endpoints; in UCP and MPI both do, which is what sharing is
+# for (one connection per pair instead of two): the last figures time both
+# sides creating N endpoints to each other at once, with sharing on and
+# off (the slower side's time). One
 # run of any varies by tens of percent on a loaded machine, so they are
 # compared in XQP_BENCH_ROUNDS paired rounds (default 9) and the medians of
 # the rounds' ratios are reported. Writes the
@@ -65,12 +69,29 @@ xqp_ms() {
         "$tmp/x.client"
 }
 
+# xqp_both_ms SHARE: both sides create N endpoints to each other at once
+# (the slower side's time)
+xqp_both_ms() {
+    local rc=0
+    export UCX_XQP_SHARE=$1
+    unset UCX_XQP_TX_QUEUE_LEN
+    rm -f "$tmp"/a "$tmp"/b "$tmp"/*.done
+    "$run" "$peer" --dev "$dev:1" --addr-file "$tmp/a" --connect-to "$tmp/b" --eps "$n" \
+        --done-file "$tmp/a.done" --wait-for "$tmp/b.done" --timeout 180 > "$tmp/x.server" 2>&1 &
+    local server=$!
+    "$run" "$peer" --dev "$dev:1" --addr-file "$tmp/b" --connect-to "$tmp/a" --eps "$n" \
+        --done-file "$tmp/b.done" --wait-for "$tmp/a.done" --timeout 180 > "$tmp/x.client" 2>&1 || rc=$?
+    wait "$server" 2>/dev/null || rc=1
+    [ "$rc" = 0 ] || { cat "$tmp/x.server" "$tmp/x.client" >&2; return 1; }
+    awk '/^summary / { for (i = 1; i < NF; ++i) if ($i == "seconds" && $(i + 1) * 1000 > t) t = $(i + 1) * 1000 }
+         END { printf "%.1f", t }' "$tmp/x.server" "$tmp/x.client"
+}
 
 # paired rounds, as in datapath.sh: xqp shared, xqp unshared, xqp shallow
 # (UCX_XQP_TX_QUEUE_LEN=1), cmtime, cmtime, xqp shallow, xqp unshared, xqp
 # shared; each keeps the faster of its two runs (a stall only slows a run
 # down) and the round's ratios are taken from those
-x_all="" u_all="" s_all="" c_all="" ratios="" uratios="" sratios=""
+x_all="" u_all="" s_all="" c_all="" ratios="" uratios="" sratios="" b_all="" v_all="" bratios=""
 for round in $(seq "$rounds"); do
     x1=$(xqp_ms y) || { echo "xqp connections failed"; exit 1; }
     u1=$(xqp_ms n) || { echo "xqp connections (UCX_XQP_SHARE=n) failed"; exit 1; }
@@ -80,7 +101,14 @@ for round in $(seq "$rounds"); do
     s2=$(xqp_ms y 1) || { echo "xqp connections (UCX_XQP_TX_QUEUE_LEN=1) failed"; exit 1; }
     u2=$(xqp_ms n) || { echo "xqp connections (UCX_XQP_SHARE=n) failed"; exit 1; }
     x2=$(xqp_ms y) || { echo "xqp connections failed"; exit 1; }
-    echo "bench: round $round (ms): xqp $x1 $x2, xqp unshared $u1 $u2, xqp 1-entry send queue $s1 $s2, cmtime $c1 $c2"
+    b1=$(xqp_both_ms y) || { echo "xqp connections from both sides failed"; exit 1; }
+    v1=$(xqp_both_ms n) || { echo "xqp connections from both sides (UCX_XQP_SHARE=n) failed"; exit 1; }
+    v2=$(xqp_both_ms n) || { echo "xqp connections from both sides (UCX_XQP_SHARE=n) failed"; exit 1; }
+    b2=$(xqp_both_ms y) || { echo "xqp connections from both sides failed"; exit 1; }
+    echo "bench: round $round (ms): xqp $x1 $x2, xqp unshared $u1 $u2, xqp 1-entry send queue $s1 $s2, cmtime $c1 $c2, both sides $b1 $b2, both sides unshared $v1 $v2"
+    read -r b v br <<< "$(awk -v a="$b1" -v b="$b2" -v e="$v1" -v f="$v2" 'BEGIN {
+        x = (a < b) ? a : b; u = (e < f) ? e : f; printf "%.1f %.1f %.4f", x, u, x / u }')"
+    b_all="$b_all $b" v_all="$v_all $v" bratios="$bratios $br"
     read -r x u s c r ur sr <<< "$(awk -v a="$x1" -v b="$x2" -v e="$u1" -v f="$u2" -v g="$s1" -v h="$s2" \
                                       -v c="$c1" -v d="$c2" 'BEGIN {
         x = (a < b) ? a : b; u = (e < f) ? e : f; s = (g < h) ? g : h; c = (c < d) ? c : d
@@ -97,12 +125,17 @@ uratio=$(echo "$uratios" | median)
 sratio=$(echo "$sratios" | median)
 lo_hi=$(echo "$ratios" | range)
 s_lo_hi=$(echo "$sratios" | range)
+b_ms=$(echo "$b_all" | median)
+v_ms=$(echo "$v_all" | median)
+bratio=$(echo "$bratios" | median)
+b_lo_hi=$(echo "$bratios" | range)
 
 summary=$(awk -v n="$n" -v r="$rounds" -v x="$x_ms" -v u="$u_ms" -v s="$s_ms" -v c="$c_ms" -v q="$ratio" \
-              -v uq="$uratio" -v sq="$sratio" -v lh="$lo_hi" -v slh="$s_lo_hi" 'BEGIN {
-    printf "bench: %d connections (medians of %d rounds): xqp %.1f ms (%.0f conn/s), UCX_XQP_SHARE=n %.1f ms, cmtime %.1f ms (%.0f conn/s), ratio %.2f (range %s; goal <= 1.0, %s), unshared %.2f (goal: shared <= unshared, %s); with cmtime'"'"'s 1-entry send queue (UCX_XQP_TX_QUEUE_LEN=1) %.1f ms, ratio %.2f (range %s)\n",
+              -v uq="$uratio" -v sq="$sratio" -v lh="$lo_hi" -v slh="$s_lo_hi" -v b="$b_ms" -v v="$v_ms" \
+              -v bq="$bratio" -v blh="$b_lo_hi" 'BEGIN {
+    printf "bench: %d connections (medians of %d rounds): xqp %.1f ms (%.0f conn/s), UCX_XQP_SHARE=n %.1f ms, cmtime %.1f ms (%.0f conn/s), ratio %.2f (range %s; goal <= 1.0, %s), unshared %.2f (goal: shared <= unshared, %s); with cmtime'"'"'s 1-entry send queue (UCX_XQP_TX_QUEUE_LEN=1) %.1f ms, ratio %.2f (range %s); both sides %d endpoints to each other: sharing %.1f ms, UCX_XQP_SHARE=n %.1f ms, shared/unshared %.2f (range %s)\n",
            n, r, x, n / (x / 1000), u, c, n / (c / 1000), q, lh, (q <= 1.0) ? "met" : "not met",
-           uq, (q <= uq) ? "met" : "not met", s, sq, slh }')
+           uq, (q <= uq) ? "met" : "not met", s, sq, slh, n, b, v, bq, blh }')
 echo "$summary"
 [ -n "${WORK:-}" ] && echo "$summary" >> "$WORK/bench.txt"
 echo "bench: wireup-vs-cmtime.sh took $SECONDS s"

@@ -436,7 +436,7 @@ int main(int argc, char **argv)
         }
         during = measure();
 
-        unsigned connected = 0, rejected = 0, unreachable = 0;
+        unsigned connected = 0, rejected = 0, unreachable = 0, missing_shown = 0;
         const char *retries_env = std::getenv("UCX_XQP_CONNECT_RETRIES");
         const unsigned attempts = 1 + (retries_env ? std::stoul(retries_env) : 3);
         for (unsigned i = 0; i < eps.size(); ++i) {
@@ -444,7 +444,10 @@ int main(int argc, char **argv)
             if (ep_info(eps[i], &info) != 0) {
                 die("xqp_ep_wireup_info refused an xqp endpoint");
             }
-            if (i < 3) {
+            /* the first three, and (up to ten) endpoints that should have
+             * connected and did not */
+            const bool missing = (opt.expect == "connected") && (info.state != XQP_CONN_CONNECTED);
+            if ((i < 3) || (missing && (++missing_shown <= 10))) {
                 std::cout << "active " << i << " " << describe(info) << std::endl;
             }
             connected += (info.state == XQP_CONN_CONNECTED);
