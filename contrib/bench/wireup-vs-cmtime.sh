@@ -89,8 +89,9 @@ xqp_both_ms() {
 
 # paired rounds, as in datapath.sh: xqp shared, xqp unshared, xqp shallow
 # (UCX_XQP_TX_QUEUE_LEN=1), cmtime, cmtime, xqp shallow, xqp unshared, xqp
-# shared; each keeps the faster of its two runs (a stall only slows a run
-# down) and the round's ratios are taken from those
+# shared, then both sides shared, unshared, unshared, shared; each keeps the
+# faster of its two runs (a stall only slows a run down) and the round's
+# ratios are taken from those
 x_all="" u_all="" s_all="" c_all="" ratios="" uratios="" sratios="" b_all="" v_all="" bratios=""
 for round in $(seq "$rounds"); do
     x1=$(xqp_ms y) || { echo "xqp connections failed"; exit 1; }
