@@ -47,45 +47,41 @@ cmtime_ms() {
                 split($2, f, " "); s += f[1] } END { printf "%.1f", s }' "$tmp/cm.client"
 }
 
-# xqp_ms SHARE [TX_QUEUE_LEN]: N endpoints with UCX_XQP_SHARE=SHARE (and
-# UCX_XQP_TX_QUEUE_LEN when given) on both sides
+# xqp_ms SHARE [TX_QUEUE_LEN]: one way, N endpoints from one side to the
+# other, which only accepts, with UCX_XQP_SHARE=SHARE (and
+# UCX_XQP_TX_QUEUE_LEN when given) on both sides.
+# xqp_ms SHARE both: both sides create N endpoints to each other at once.
+# Prints the slower side's time (one way, only the connecting side has one).
 xqp_ms() {
-    local rc=0
+    local rc=0 server_rc=0 both=n txq=${2:-}
+    local -a side_a=(--expect-passive "$n")
+    if [ "$txq" = both ]; then
+        both=y txq=""
+        side_a=(--connect-to "$tmp/b" --eps "$n")
+    fi
     export UCX_XQP_SHARE=$1
-    if [ -n "${2:-}" ]; then
-        export UCX_XQP_TX_QUEUE_LEN=$2
+    if [ -n "$txq" ]; then
+        export UCX_XQP_TX_QUEUE_LEN=$txq
     else
         unset UCX_XQP_TX_QUEUE_LEN
     fi
     rm -f "$tmp"/a "$tmp"/b "$tmp"/*.done
-    "$run" "$peer" --dev "$dev:1" --addr-file "$tmp/a" --expect-passive "$n" \
+    "$run" "$peer" --dev "$dev:1" --addr-file "$tmp/a" "${side_a[@]}" \
         --done-file "$tmp/a.done" --wait-for "$tmp/b.done" --timeout 180 > "$tmp/x.server" 2>&1 &
     local server=$!
     "$run" "$peer" --dev "$dev:1" --addr-file "$tmp/b" --connect-to "$tmp/a" --eps "$n" \
         --done-file "$tmp/b.done" --wait-for "$tmp/a.done" --timeout 180 > "$tmp/x.client" 2>&1 || rc=$?
-    wait "$server" 2>/dev/null
-    [ "$rc" = 0 ] || { cat "$tmp/x.client" >&2; return 1; }
-    awk '/^summary / { for (i = 1; i < NF; ++i) if ($i == "seconds") printf "%.1f", $(i + 1) * 1000 }' \
-        "$tmp/x.client"
-}
-
-# xqp_both_ms SHARE: both sides create N endpoints to each other at once
-# (the slower side's time)
-xqp_both_ms() {
-    local rc=0
-    export UCX_XQP_SHARE=$1
-    unset UCX_XQP_TX_QUEUE_LEN
-    rm -f "$tmp"/a "$tmp"/b "$tmp"/*.done
-    "$run" "$peer" --dev "$dev:1" --addr-file "$tmp/a" --connect-to "$tmp/b" --eps "$n" \
-        --done-file "$tmp/a.done" --wait-for "$tmp/b.done" --timeout 180 > "$tmp/x.server" 2>&1 &
-    local server=$!
-    "$run" "$peer" --dev "$dev:1" --addr-file "$tmp/b" --connect-to "$tmp/a" --eps "$n" \
-        --done-file "$tmp/b.done" --wait-for "$tmp/a.done" --timeout 180 > "$tmp/x.client" 2>&1 || rc=$?
-    wait "$server" 2>/dev/null || rc=1
+    wait "$server" 2>/dev/null || server_rc=$?
+    # one way, the accepting side's status is not part of the measurement
+    [ "$both" = y ] && [ "$server_rc" != 0 ] && rc=1
     [ "$rc" = 0 ] || { cat "$tmp/x.server" "$tmp/x.client" >&2; return 1; }
     awk '/^summary / { for (i = 1; i < NF; ++i) if ($i == "seconds" && $(i + 1) * 1000 > t) t = $(i + 1) * 1000 }
          END { printf "%.1f", t }' "$tmp/x.server" "$tmp/x.client"
 }
+
+# faster A B: the smaller of two times; per X Y: X / Y
+faster() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (a < b) ? a : b }'; }
+per() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.4f", a / b }'; }
 
 # paired rounds, as in datapath.sh: xqp shared, xqp unshared, xqp shallow
 # (UCX_XQP_TX_QUEUE_LEN=1), cmtime, cmtime, xqp shallow, xqp unshared, xqp
@@ -102,20 +98,16 @@ for round in $(seq "$rounds"); do
     s2=$(xqp_ms y 1) || { echo "xqp connections (UCX_XQP_TX_QUEUE_LEN=1) failed"; exit 1; }
     u2=$(xqp_ms n) || { echo "xqp connections (UCX_XQP_SHARE=n) failed"; exit 1; }
     x2=$(xqp_ms y) || { echo "xqp connections failed"; exit 1; }
-    b1=$(xqp_both_ms y) || { echo "xqp connections from both sides failed"; exit 1; }
-    v1=$(xqp_both_ms n) || { echo "xqp connections from both sides (UCX_XQP_SHARE=n) failed"; exit 1; }
-    v2=$(xqp_both_ms n) || { echo "xqp connections from both sides (UCX_XQP_SHARE=n) failed"; exit 1; }
-    b2=$(xqp_both_ms y) || { echo "xqp connections from both sides failed"; exit 1; }
+    b1=$(xqp_ms y both) || { echo "xqp connections from both sides failed"; exit 1; }
+    v1=$(xqp_ms n both) || { echo "xqp connections from both sides (UCX_XQP_SHARE=n) failed"; exit 1; }
+    v2=$(xqp_ms n both) || { echo "xqp connections from both sides (UCX_XQP_SHARE=n) failed"; exit 1; }
+    b2=$(xqp_ms y both) || { echo "xqp connections from both sides failed"; exit 1; }
     echo "bench: round $round (ms): xqp $x1 $x2, xqp unshared $u1 $u2, xqp 1-entry send queue $s1 $s2, cmtime $c1 $c2, both sides $b1 $b2, both sides unshared $v1 $v2"
-    read -r b v br <<< "$(awk -v a="$b1" -v b="$b2" -v e="$v1" -v f="$v2" 'BEGIN {
-        x = (a < b) ? a : b; u = (e < f) ? e : f; printf "%.1f %.1f %.4f", x, u, x / u }')"
-    b_all="$b_all $b" v_all="$v_all $v" bratios="$bratios $br"
-    read -r x u s c r ur sr <<< "$(awk -v a="$x1" -v b="$x2" -v e="$u1" -v f="$u2" -v g="$s1" -v h="$s2" \
-                                      -v c="$c1" -v d="$c2" 'BEGIN {
-        x = (a < b) ? a : b; u = (e < f) ? e : f; s = (g < h) ? g : h; c = (c < d) ? c : d
-        printf "%.1f %.1f %.1f %.1f %.4f %.4f %.4f", x, u, s, c, x / c, u / c, s / c }')"
-    x_all="$x_all $x" u_all="$u_all $u" s_all="$s_all $s" c_all="$c_all $c"
-    ratios="$ratios $r" uratios="$uratios $ur" sratios="$sratios $sr"
+    x=$(faster "$x1" "$x2") u=$(faster "$u1" "$u2") s=$(faster "$s1" "$s2") c=$(faster "$c1" "$c2")
+    b=$(faster "$b1" "$b2") v=$(faster "$v1" "$v2")
+    x_all="$x_all $x" u_all="$u_all $u" s_all="$s_all $s" c_all="$c_all $c" b_all="$b_all $b" v_all="$v_all $v"
+    ratios="$ratios $(per "$x" "$c")" uratios="$uratios $(per "$u" "$c")" sratios="$sratios $(per "$s" "$c")"
+    bratios="$bratios $(per "$b" "$v")"
 done
 x_ms=$(echo "$x_all" | median)
 u_ms=$(echo "$u_all" | median)
