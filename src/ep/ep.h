@@ -100,7 +100,10 @@ public:
     void on_send_completion(uint64_t sn)
     {
         if (sn <= completed_sn_) {
-            return; /* retired already by a later completion (cannot happen: in order) */
+            /* retired already by a later completion (cannot happen: in
+             * order); its TxOp and buffer came back all the same */
+            iface_->tx_completed(0);
+            return;
         }
         iface_->tx_completed(sn - completed_sn_);
         completed_sn_ = sn; /* returns the send queue slots of those up to sn */

@@ -52,10 +52,12 @@ void BufferPool::add_slab(size_t count)
         throw_errno("ibv_reg_mr for " + name_, err);
     }
     slabs_.push_back(s);
+    const size_t nfree = available();
     count_ += count;
-    free_.reserve(count_);
+    free_.resize(count_);
+    top_ = free_.data() + nfree;
     for (size_t i = count; i > 0; --i) {
-        free_.push_back(s.base + (i - 1) * size_);
+        *top_++ = s.base + (i - 1) * size_;
     }
 }
 

@@ -209,6 +209,8 @@ public:
     void remove_ep(ep::Endpoint *ep);
     /* an endpoint whose pending queue may run now */
     void schedule_pending(ep::Endpoint *ep);
+    /* shared tx resources came back: the endpoints waiting for them */
+    void schedule_waiting();
     /* with the wireup lock held: an endpoint whose connection changed state
      * (pending requests to send, or an error to report) is dispatched by the
      * interface's progress */

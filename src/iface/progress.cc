@@ -45,18 +45,17 @@ UCS_F_ALWAYS_INLINE void Iface::finish_op_inl(TxOp *op, ucs_status_t status)
     if (op->buf != nullptr) {
         tx_pool_->put(op->buf);
     }
+    /* bounce buffers and TxOps are shared by all endpoints: any of them may
+     * have been waiting for the ones just returned (tx_completed says so) */
     ep::Endpoint *ep = op->ep;
     const uint64_t sn = op->sn;
     if (ep != nullptr) {
         put_op(op);
         ep->on_send_completion(sn);
     } else {
-        tx_spare_ += std::exchange(op->orphaned, 0); /* an abandoned request */
+        tx_completed(std::exchange(op->orphaned, 0)); /* an abandoned request */
         put_op(op);
     }
-    /* bounce buffers and TxOps are shared by all endpoints: any of them may
-     * have been waiting for the ones just returned */
-    tx_returned_ = true;
 }
 
 void Iface::handle_send_completion(const ibv_wc &wc, ep::Endpoint *draining)
@@ -181,11 +180,9 @@ unsigned Iface::progress()
 
     if (ucs_unlikely(tx_returned_)) {
         tx_returned_ = false;
-        /* only endpoints that queued requests for lack of resources */
-        for (auto *ep : waiting_) {
-            schedule_pending(ep);
+        if (ucs_unlikely(!waiting_.empty())) {
+            schedule_waiting();
         }
-        waiting_.clear();
     }
     /* endpoints whose connection changed state on the async thread */
     if (ucs_unlikely(async_ready_flag_.load(std::memory_order_acquire))) {
@@ -205,6 +202,15 @@ unsigned Iface::progress()
         ++count;
     }
     return count;
+}
+
+void Iface::schedule_waiting()
+{
+    /* only endpoints that queued requests for lack of resources */
+    for (auto *ep : waiting_) {
+        schedule_pending(ep);
+    }
+    waiting_.clear();
 }
 
 void Iface::watch_peers()
