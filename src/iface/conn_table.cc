@@ -163,7 +163,10 @@ void ConnTable::accept(const wireup::CmEvent &event)
         Entry *&slot = unmatched_[key];
         slot         = &entry; /* a retried request replaces the one before */
     }
-    entry.conn->accept_request(event, hello, why);
+    /* the peer learns from the reply that our endpoint sends on it too:
+     * were it to close its own endpoint before our first message reached
+     * it, it would keep the connection for ours (release, not disconnect) */
+    entry.conn->accept_request(event, hello, why, entry.sender != nullptr);
     record(*entry.conn);
     pump(); /* a crossing queued attempt may have gone */
 }
@@ -181,6 +184,12 @@ void ConnTable::on_event(wireup::Connection &conn, const wireup::CmEvent &event)
     conn.on_event(event);
     if (!conn.active()) {
         record(conn);
+    } else if ((event.type == RDMA_CM_EVENT_CONNECT_RESPONSE) && conn.peer_hello().sends) {
+        /* the peer's endpoint took our connection for its sends (its
+         * reply said so): learned now, before any message of it */
+        if (Entry *entry = find(conn)) {
+            entry->peer_sends = true;
+        }
     }
     pump();
 }

@@ -218,7 +218,8 @@ ConnParams Connection::conn_params(uint8_t *buf, Hello::Kind kind, uint32_t conn
      * not read version 2 */
     const bool  v2    = config_.share && ((kind == Hello::Kind::Request) ||
                                           (peer_hello_.version == kHelloVersionShare));
-    const Hello hello = local_hello(config_, kind, conn_id, v2, pair_sn_);
+    Hello hello = local_hello(config_, kind, conn_id, v2, pair_sn_);
+    hello.sends = v2 && (kind == Hello::Kind::Reply) && we_send_;
 
     ConnParams params;
     params.qp_num              = qp_->qp_num;
@@ -357,9 +358,10 @@ void Connection::established()
 /* ------------------------------------------------------------------ passive */
 
 void Connection::accept_request(const CmEvent &request, const std::optional<Hello> &hello,
-                                const std::string &why)
+                                const std::string &why, bool we_send)
 {
     active_   = false;
+    we_send_  = we_send;
     attempts_   = 1;
     state_    = ConnState::Accepting;
     id_       = request.id;

@@ -128,9 +128,11 @@ public:
 
     /* passive side: take over the new cm_id of a CONNECT_REQUEST, whose
      * private data the interface decoded (hello; why: the decoder's reason
-     * when it is not one) */
+     * when it is not one). we_send: an endpoint of this side sends on the
+     * connection from the start (both sides connected at once and this
+     * one was kept): the reply says so (version 2) */
     void accept_request(const CmEvent &request, const std::optional<Hello> &hello,
-                        const std::string &why);
+                        const std::string &why, bool we_send = false);
 
     /* any later rdma_cm event of this connection's id */
     void on_event(const CmEvent &event);
@@ -256,6 +258,7 @@ private:
     int                reject_reason_ = 0;
     std::string        error_;
     Hello              peer_hello_ = {};
+    bool               we_send_    = false; /* accept_request's, for the reply */
 };
 
 } // namespace xqp::wireup

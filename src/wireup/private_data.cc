@@ -107,7 +107,8 @@ size_t encode(const Hello &h, uint8_t *buf, size_t len)
     put_le<uint32_t>(buf + kOffMagic, kHelloMagic);
     put_le<uint8_t>(buf + kOffVersion, v2 ? kHelloVersionShare : kHelloVersion);
     put_le<uint8_t>(buf + kOffKind, static_cast<uint8_t>(h.kind));
-    put_le<uint16_t>(buf + kOffFlags, (v2 && h.share) ? kHelloFlagShare : 0);
+    const uint16_t flags = (h.share ? kHelloFlagShare : 0) | (h.sends ? kHelloFlagSends : 0);
+    put_le<uint16_t>(buf + kOffFlags, v2 ? flags : 0);
     put_le<uint32_t>(buf + kOffConnId, h.conn_id);
     put_le<uint64_t>(buf + kOffUuid, h.iface_uuid);
     put_le<uint16_t>(buf + kOffCredits, h.credits);
@@ -161,12 +162,15 @@ std::optional<Hello> decode(const void *data, size_t len, std::string *why)
     }
 
     const uint16_t flags = get_le<uint16_t>(p + kOffFlags);
-    const uint16_t known = v2 ? kHelloFlagShare : 0;
+    const uint16_t known = v2 ? (kHelloFlagShare | kHelloFlagSends) : 0;
     if ((flags & ~known) != 0) {
         return fail(why, "unknown flags " + hex(flags) + " (" +
-                                 (v2 ? std::string("only 0x1 is defined") :
+                                 (v2 ? std::string("only 0x1 and 0x2 are defined") :
                                        std::string("must be 0")) +
                                  " in version " + std::to_string(version) + ")");
+    }
+    if ((flags & kHelloFlagSends) && (kind != static_cast<uint8_t>(Hello::Kind::Reply))) {
+        return fail(why, "flag 0x2 (the sender sends on the connection) outside a reply");
     }
 
     const uint16_t reserved = get_le<uint16_t>(p + kOffReserved);
@@ -189,6 +193,7 @@ std::optional<Hello> decode(const void *data, size_t len, std::string *why)
 
     h.version         = kHelloVersionShare;
     h.share           = (flags & kHelloFlagShare) != 0;
+    h.sends           = (flags & kHelloFlagSends) != 0;
     h.pair_sn         = get_le<uint32_t>(p + kOffPairSn);
     h.listener.family = p[kOffFamily];
     if ((h.listener.family != 0) && (h.listener.family != 4) && (h.listener.family != 6)) {
@@ -215,7 +220,7 @@ std::string to_string(const Hello &h)
            " credits " + std::to_string(h.credits) + " max_am " +
            std::to_string(h.max_am_size) +
            ((h.version == kHelloVersionShare) ?
-                    " v2" + std::string(h.share ? " share" : "") + " pair " +
+                    " v2" + std::string(h.share ? " share" : "") + std::string(h.sends ? " sends" : "") + " pair " +
                             std::to_string(h.pair_sn) + " from " + to_string(h.listener) :
                     std::string());
 }

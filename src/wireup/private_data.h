@@ -27,7 +27,11 @@
  * toward the sender:
  *
  *     6    2 flags        bit 0 (kHelloFlagShare): the sender shares
- *                         connections; no other bit may be set
+ *                         connections; bit 1 (kHelloFlagSends, replies
+ *                         only): the replying side has an endpoint that
+ *                         sends on this connection from the start (both
+ *                         sides connected at once, and it took this
+ *                         connection); no other bit may be set
  *    28    4 pair_sn      requests: the sender's endpoint number toward the
  *                         receiver's interface (1, 2, ...); replies echo it
  *    32    1 family       4 or 6: the sender's listener address
@@ -59,6 +63,7 @@ constexpr uint8_t  kHelloVersionShare = 2;
 constexpr size_t   kHelloSize    = 28;
 constexpr size_t   kHelloSizeV2  = 52;
 constexpr uint16_t kHelloFlagShare = 1;
+constexpr uint16_t kHelloFlagSends = 2;
 /* private data a REQ carries with RDMA_PS_TCP */
 constexpr size_t   kHelloMaxPrivateData = 56;
 static_assert(kHelloSizeV2 <= kHelloMaxPrivateData,
@@ -94,6 +99,7 @@ struct Hello {
     /* version 2 only (version 1: false, 0, unknown) */
     uint8_t     version  = kHelloVersion;
     bool        share    = false;
+    bool        sends    = false; /* replies: the replying side sends on the connection */
     uint32_t    pair_sn  = 0;
     ListenerKey listener = {};
 

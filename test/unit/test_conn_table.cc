@@ -64,9 +64,11 @@ struct TableRig {
 
     sockaddr_storage peer() const { return ipv4(kPeerIp, peer_port); }
 
-    std::vector<uint8_t> hello(Hello::Kind kind, uint32_t conn_id, uint32_t pair_sn) const
+    std::vector<uint8_t> hello(Hello::Kind kind, uint32_t conn_id, uint32_t pair_sn,
+                               bool sends = false) const
     {
         Hello h;
+        h.sends       = sends;
         h.kind        = kind;
         h.conn_id     = conn_id;
         h.iface_uuid  = 0x99;
@@ -331,6 +333,47 @@ TEST(ConnTable, BothSidesConnectingKeepTheLowerListenersConnection)
         FakeUser next;
         EXPECT_TRUE(r.table->open(next, r.peer(), 2).active());
     }
+}
+
+/* both sides connect at once and our endpoint takes the peer's connection:
+ * the reply tells the peer that we send on it, before any message of ours
+ * (without it, a peer that closed its endpoint first disconnected, and our
+ * endpoint failed: UCX 1.13.1's test_ucp_am_nbx.max_short_thresh_*) */
+TEST(ConnTable, TheReplySaysWhenOurEndpointTookThePeersConnection)
+{
+    TableRig r(true, 6999);
+    FakeUser user;
+    Connection &ours = r.table->open(user, r.peer(), 1);
+    r.feed(ours, RDMA_CM_EVENT_ADDR_RESOLVED);
+    r.request(1); /* crosses ours: the peer's (6999) is kept */
+    r.request(2); /* no endpoint of ours is waiting for this one */
+    ASSERT_EQ(2u, r.cm.accepts.size());
+    const auto taken = decode(r.cm.accepts[0].pdata.data(), r.cm.accepts[0].pdata.size(), nullptr);
+    const auto other = decode(r.cm.accepts[1].pdata.data(), r.cm.accepts[1].pdata.size(), nullptr);
+    ASSERT_TRUE(taken && other);
+    EXPECT_EQ(Hello::Kind::Reply, taken->kind);
+    EXPECT_TRUE(taken->sends) << "the reply of the connection our endpoint took";
+    EXPECT_FALSE(other->sends) << "nobody of ours sends on the other one yet";
+}
+
+TEST(ConnTable, AReplySayingThePeerSendsKeepsOurConnectionUntilThePeersRelease)
+{
+    TableRig r;
+    FakeUser user;
+    Connection &conn = r.table->open(user, r.peer(), 1);
+    r.feed(conn, RDMA_CM_EVENT_ADDR_RESOLVED);
+    r.feed(conn, RDMA_CM_EVENT_ROUTE_RESOLVED);
+    r.feed(conn, RDMA_CM_EVENT_CONNECT_RESPONSE, r.hello(Hello::Kind::Reply, 1, 1, true));
+    ASSERT_EQ(ConnState::Connected, conn.state());
+    EXPECT_TRUE(r.table->peer_sends(conn)) << "learned from the reply, no notice needed";
+    const uint32_t qp_num = conn.qp()->qp_num;
+    r.log.clear();
+    r.table->release(conn);
+    EXPECT_EQ(0u, r.count("disconnect")) << "closed a connection the peer sends on";
+    EXPECT_EQ(1u, r.table->held());
+    r.table->on_notice(qp_num, false); /* the peer's release */
+    EXPECT_EQ(1u, r.count("disconnect"));
+    EXPECT_EQ(0u, r.table->size());
 }
 
 TEST(ConnTable, ARetriedRequestReplacesTheOneBefore)

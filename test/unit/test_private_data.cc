@@ -355,6 +355,23 @@ TEST(PrivateData, YieldIsAVersion2Kind)
     EXPECT_EQ("unknown kind 3", reject_reason(v1));
 }
 
+TEST(PrivateData, AVersion2ReplySaysWhetherItsSenderSends)
+{
+    for (const bool sends : {false, true}) {
+        auto h  = sample_v2(Hello::Kind::Reply);
+        h.sends = sends;
+        const auto buf  = encoded_v2(h);
+        EXPECT_EQ(sends ? 0x03 : 0x01, buf[6]);
+        const auto back = decode(buf.data(), kHelloSizeV2, nullptr);
+        ASSERT_TRUE(back.has_value());
+        EXPECT_EQ(h, *back);
+    }
+    /* version 1 has no flags: nothing of it is written */
+    auto v1  = sample(Hello::Kind::Reply);
+    v1.sends = true;
+    EXPECT_EQ(0, encoded(v1)[6]);
+}
+
 TEST(PrivateData, Version2FaultsAreRejectedWithTheReason)
 {
     auto buf = encoded_v2(sample_v2(Hello::Kind::Request));
@@ -364,8 +381,13 @@ TEST(PrivateData, Version2FaultsAreRejectedWithTheReason)
     EXPECT_EQ("private data too short for version 2: 51 bytes, need 52",
               reject_reason(std::vector<uint8_t>(buf.begin(), buf.end() - 1)));
     auto bad = buf;
-    bad[6]   = 0x03;
-    EXPECT_EQ("unknown flags 0x3 (only 0x1 is defined in version 2)", reject_reason(bad));
+    bad[6]   = 0x05;
+    EXPECT_EQ("unknown flags 0x5 (only 0x1 and 0x2 are defined in version 2)",
+              reject_reason(bad));
+    bad    = buf;
+    bad[6] = 0x03;
+    EXPECT_EQ("flag 0x2 (the sender sends on the connection) outside a reply",
+              reject_reason(bad));
     bad     = buf;
     bad[32] = 5;
     EXPECT_EQ("unknown address family 5", reject_reason(bad));
