@@ -112,6 +112,19 @@ mkfifo "$WORK/.nap"
 exec {_nap_fd}<>"$WORK/.nap"
 nap() { read -r -t "$1" -u "$_nap_fd" _ || :; }
 
+# free_port: a random TCP port in 20000-29999 that no socket uses, in any
+# state: a port an earlier test's server used keeps its connections in
+# TIME_WAIT for a minute, and a new listener's bind on it fails with
+# EADDRINUSE (the UCP client/server test's second server, once)
+free_port() {
+    local p _
+    for _ in $(seq 50); do
+        p=$((20000 + RANDOM % 10000))
+        [ -z "$(ss -tanH "sport = :$p" 2>/dev/null)" ] && break
+    done
+    echo "$p"
+}
+
 # wait_listen PORT: until a local TCP listener is on PORT (at most 60 s)
 wait_listen() {
     local _

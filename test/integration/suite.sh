@@ -265,7 +265,7 @@ test_version_guard() (
 
 test_ucp_unaffected_by_plugin() (
     need_device
-    port=$((20000 + RANDOM % 10000))
+    port=$(free_port)
     timeout 120 "$RUN" ucx_perftest -p "$port" > "$WORK/server.txt" 2>&1 &
     server=$!
     wait_listen "$port"
@@ -582,7 +582,7 @@ test_bad_config_values_are_named() (
 perf_pair() {
     local envs=$1
     shift
-    local port=$((20000 + RANDOM % 10000)) rc=0 src=0
+    local port=$(free_port) rc=0 src=0
     # shellcheck disable=SC2086
     env $envs UCX_WARN_UNUSED_ENV_VARS=n timeout "${PERF_TIMEOUT:-180}" "$RUN" ucx_perftest -p "$port" ${PERF_SERVER_ARGS:-} \
         > "$WORK/perf.server" 2>&1 &
@@ -800,7 +800,7 @@ test_ucp_multi_thread() (
 # echoes compared byte by byte; then the server is SIGKILLed and every
 # client's error handler must run, with nothing hung.
 ucp_cs_round() {
-    local size=$1 nclients=$2 port=$((20000 + RANDOM % 10000)) k rc=0
+    local size=$1 nclients=$2 port=$(free_port) k rc=0
     local d=$WORK/cs.$size
     # no timeout(1) around the server: SIGKILL must reach the server itself
     # (the suite's own limit, and the kill below, bound it)
@@ -964,7 +964,7 @@ test_device_removal_loop() (
         else
             t="-t put_bw -s 65536 -D zcopy -n 3000"
         fi
-        port=$((20000 + RANDOM % 10000))
+        port=$(free_port)
         "$RUN" ucx_perftest -p "$port" -x xqp -d "$DEV:1" > "$d/server.$r" 2>&1 &
         server=$!
         wait_listen "$port"
