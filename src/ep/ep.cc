@@ -122,6 +122,9 @@ void Endpoint::announce_bound()
 {
     /* connecting, it is deferred like any request (and goes first) */
     announce_owed_ = (tx_check() != UCS_OK) || (post_notice(iface::kBoundImm) != UCS_OK);
+    if (!announce_owed_) {
+        notice_sn_ = posted_sn_;
+    }
     if (announce_owed_ && (state() != State::Failed)) {
         iface_->wait_for_resources(this); /* dispatch() tries again */
     }
@@ -134,6 +137,9 @@ ucs_status_t Endpoint::completion_error(ucs_status_t status, ibv_wc_status wc_st
          * failing it right now (it retires the QP, which flushes requests,
          * before it marks the endpoint failed): decide under its lock */
         iface::WireupGuard guard(*iface_);
+        if (ucs_unlikely(peer_closed_.load(std::memory_order_relaxed))) {
+            return peer_closed_error(status, wc_status);
+        }
         if (state() != State::Failed) {
             ucs_error("xqp: ep %p to %s: send completion error: %s", this,
                       iface::to_string(dst_).c_str(), ibv_wc_status_str(wc_status));

@@ -254,6 +254,14 @@ private:
     /* the requests in flight complete (or are flushed), so that reaping
      * returns the resources they hold */
     bool reaps_resources() const;
+    /* sharing (main thread): the peer closed the connection it opened and
+     * this endpoint took (on_closed). Having sent nothing but its bound
+     * notice, the endpoint connects again on its own; otherwise it fails. */
+    void after_peer_closed();
+    /* completion_error's answer meanwhile (wireup lock held): the notice's
+     * flush loses nothing; a request of ours fails the endpoint, as the
+     * peer's close would have */
+    ucs_status_t peer_closed_error(ucs_status_t status, ibv_wc_status wc_status);
     /* sharing's notices to the peer (iface/conn_table.h), signaled: imm is
      * iface::kBoundImm or iface::kReleaseImm */
     ucs_status_t post_notice(uint32_t imm);
@@ -300,6 +308,13 @@ private:
     /* the bound notice is still to be sent: set under the wireup lock
      * while connecting, read by dispatch() once connected */
     bool                announce_owed_ = false;
+    /* the bound notice's sequence number (main thread; 0: none posted) */
+    uint64_t            notice_sn_ = 0;
+    /* the peer closed the connection it opened and we took: set by the
+     * async thread (on_closed), cleared by after_peer_closed() */
+    std::atomic<bool>   peer_closed_{false};
+    /* the endpoint connects again after that (wireup lock) */
+    bool                reconnecting_ = false;
     /* written once, under the wireup lock, before state_ leaves Connecting
      * (release); read by the data path after it sees that (acquire) */
     ibv_qp             *qp_ = nullptr;

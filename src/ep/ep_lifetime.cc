@@ -192,6 +192,7 @@ bool Endpoint::connects_to(const sockaddr_storage &dst) const
 
 void Endpoint::on_established(wireup::Connection &conn)
 {
+    reconnecting_ = false;
     qp_ = conn.qp();
     state_.store(State::Connected, std::memory_order_release);
     schedule_progress();
@@ -199,15 +200,25 @@ void Endpoint::on_established(wireup::Connection &conn)
 
 void Endpoint::on_failed(wireup::Connection &conn)
 {
-    fail_status_ = conn.status();
+    /* a peer that refuses us again after it closed: it is gone */
+    fail_status_ = reconnecting_ ? UCS_ERR_ENDPOINT_TIMEOUT : conn.status();
     state_.store(State::Failed, std::memory_order_release);
     ucs_debug("xqp: ep %p to %s failed: %s", this, iface::to_string(dst_).c_str(),
               conn.error().c_str());
     schedule_progress();
 }
 
-void Endpoint::on_closed(wireup::Connection &)
+void Endpoint::on_closed(wireup::Connection &conn)
 {
+    if (!conn.active() && (state() == State::Connected)) {
+        /* sharing: the peer closed the connection it opened and we took,
+         * maybe before it read our bound notice (the race of
+         * iface/conn_table.h). The main thread decides, from what this
+         * endpoint posted (after_peer_closed). */
+        peer_closed_.store(true, std::memory_order_release);
+        schedule_progress();
+        return;
+    }
     /* the peer disconnected (or died: the kernel disconnects for it); the
      * connection retired the QP, so requests in flight end now. A peer
      * that is gone is UCS_ERR_ENDPOINT_TIMEOUT, as uct_tcp and rc_verbs
@@ -216,6 +227,62 @@ void Endpoint::on_closed(wireup::Connection &)
     fail_status_ = UCS_ERR_ENDPOINT_TIMEOUT;
     state_.store(State::Failed, std::memory_order_release);
     schedule_progress();
+}
+
+void Endpoint::after_peer_closed()
+{
+    iface::WireupGuard guard(*iface_);
+    if (destroying_ || (state() != State::Connected)) {
+        peer_closed_.store(false, std::memory_order_relaxed);
+        return;
+    }
+    const bool only_notice = (posted_sn_ == notice_sn_);
+    if (only_notice && (outstanding() > 0) && conn_->qp_completes()) {
+        /* the notice is in flight: the retired QP flushes it, and its
+         * completion returns resources, after which dispatch() comes back */
+        iface_->wait_for_resources(this);
+        return;
+    }
+    peer_closed_.store(false, std::memory_order_relaxed);
+    if (!only_notice || (outstanding() > 0)) {
+        /* our requests went on it (they reached the peer's interface, or
+         * end with the endpoint's status): the peer's close ends it */
+        fail_status_ = UCS_ERR_ENDPOINT_TIMEOUT;
+        state_.store(State::Failed, std::memory_order_release);
+        return;
+    }
+    /* nothing but the notice went: the peer may have closed before it read
+     * that we send. The endpoint connects again, with a connection of its
+     * own (nothing of the user's is lost or repeated); a peer that is gone
+     * refuses it, and the endpoint fails then. */
+    ucs_debug("xqp: ep %p to %s: the peer closed the connection we shared before it knew "
+              "we send on it: connecting again", this, iface::to_string(dst_).c_str());
+    wireup::Connection &old = *conn_;
+    state_.store(State::Connecting, std::memory_order_release);
+    qp_            = nullptr;
+    announce_owed_ = false;
+    reconnecting_  = true;
+    if (iface_->arm_timer() != UCS_OK) {
+        ucs_warn("xqp: ep %p to %s: cannot add the connection timer", this,
+                 iface::to_string(dst_).c_str());
+    }
+    conn_ = &iface_->conns().open(*this, dst_, iface_->next_conn_id(), false);
+    iface_->conns().release(old);
+}
+
+ucs_status_t Endpoint::peer_closed_error(ucs_status_t status, ibv_wc_status wc_status)
+{
+    ucs_debug("xqp: ep %p: a request ended with %s after the peer closed the connection", this,
+              ibv_wc_status_str(wc_status));
+    if (posted_sn_ == notice_sn_) {
+        return status; /* the bound notice: after_peer_closed() decides */
+    }
+    if (state() != State::Failed) {
+        fail_status_ = UCS_ERR_ENDPOINT_TIMEOUT;
+        state_.store(State::Failed, std::memory_order_release);
+        schedule_progress();
+    }
+    return fail_status_;
 }
 
 /* the peer deadline's floor on a live link's rate, in bytes per second */

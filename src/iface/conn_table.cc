@@ -20,13 +20,14 @@ ConnTable::~ConnTable()
     clear();
 }
 
-wireup::Connection &ConnTable::open(ConnUser &user, const sockaddr_storage &dst, uint32_t conn_id)
+wireup::Connection &ConnTable::open(ConnUser &user, const sockaddr_storage &dst, uint32_t conn_id,
+                                    bool share)
 {
     const wireup::ListenerKey peer = wireup::listener_key(dst);
     /* an endpoint to its own interface connects its QP to itself */
     const bool self                = (peer == config_.listener);
     uint32_t pair_sn               = 0;
-    if (config_.share && !self) {
+    if (config_.share && share && !self) {
         pair_sn = ++pair_seq_[peer];
         const auto it = unmatched_.find({peer, pair_sn});
         if (it != unmatched_.end()) {

@@ -24,7 +24,10 @@
  * more the connection is closed: rdma_disconnect, no message, no wait. An
  * endpoint whose peer sends releases the connection with a notice after
  * its own requests (the caller's job) and leaves it here until the peer's
- * release or disconnect.
+ * release or disconnect. The race: the peer's endpoint goes before it read
+ * our bound notice, and it disconnects. Our endpoint, if it sent nothing
+ * but the notice, opens a connection of its own (open() with share false)
+ * and releases the closed one (the caller's job: Endpoint::after_peer_closed).
  *
  * Simultaneous connect. When both sides create their endpoints before
  * either request arrives, the request finds this side's endpoint still
@@ -97,8 +100,11 @@ public:
      * sharing (and not to this side's own listener), the one the peer
      * opened for the same pair number, if it did (its user then owes the
      * peer a bound notice: !conn.active()); otherwise a new connection,
-     * connecting. conn_id: the new connection's number. */
-    wireup::Connection &open(ConnUser &user, const sockaddr_storage &dst, uint32_t conn_id);
+     * connecting. conn_id: the new connection's number. share false: a
+     * new connection of user's own, which the peer matches to no endpoint
+     * (pair number 0), whatever UCX_XQP_SHARE says. */
+    wireup::Connection &open(ConnUser &user, const sockaddr_storage &dst, uint32_t conn_id,
+                             bool share = true);
 
     /* A CONNECT_REQUEST (a new cm_id): accepted into a new entry, or, when
      * both sides connect at once and ours is kept, refused (Yield). */

@@ -259,17 +259,45 @@ TEST_F(Sharing, AReleasedConnectionIsNotBound)
     EXPECT_EQ(1, passive_count_(a_));
 }
 
-TEST_F(Sharing, ABindRacingThePeersCloseFailsCleanly)
+TEST_F(Sharing, ABindRacingThePeersCloseConnectsAgain)
 {
     /* B binds an endpoint to the connection A opened just as A destroys
      * its own: A has not read B's bound notice, so it closes the
-     * connection, and B's endpoint fails as when a peer destroys its
-     * endpoint (UCS_ERR_ENDPOINT_TIMEOUT to the error handler, later
-     * requests refused). Nothing hangs and nothing stays held. */
+     * connection. B's endpoint sent nothing else: it connects again on its
+     * own, with no error and nothing lost (UCX 1.13.1's
+     * test_ucp_am_nbx.max_short_thresh_* met this in UCP's ordinary close:
+     * its flush failed with UCS_ERR_ENDPOINT_TIMEOUT). Before, B's
+     * endpoint failed. */
     ASSERT_EQ(UCS_OK, b_->connect(a_, b_iface_, &ab_));
     ASSERT_NO_FATAL_FAILURE(send_checked(ab_, at_b_, 16, 62));
     ASSERT_EQ(UCS_OK, b_->create_ep(b_iface_, a_, &ba_)); /* binds; no progress */
     EXPECT_EQ(0, passive_count_(a_)) << "B's endpoint made a connection of its own";
+    const uint32_t shared_qp = info(ba_).qp_num;
+    uct_ep_destroy(ab_);
+    ab_ = nullptr;
+    EXPECT_EQ(UCS_OK, b_->flush(ba_)) << "a flush of B's endpoint fails";
+    EXPECT_EQ(1, passive_count_(a_)) << "B's endpoint did not connect again";
+    ASSERT_NO_FATAL_FAILURE(send_checked(ba_, at_a_, 20, 63));
+    EXPECT_NE(shared_qp, info(ba_).qp_num);
+    EXPECT_EQ(XQP_CONN_CONNECTED, info(ba_).state);
+    uct_ep_destroy(ba_);
+    ba_ = nullptr;
+    EXPECT_TRUE(b_->wait_for([&] { return (held_count_(a_) == 0) && (held_count_(b_iface_) == 0); }))
+            << "still held: A " << held_count_(a_) << ", B " << held_count_(b_iface_);
+}
+
+TEST_F(Sharing, ABindThatSentRacingThePeersCloseFailsCleanly)
+{
+    /* As above, but B's endpoint sent a message before A's close: that
+     * message reached A's interface, and B's endpoint fails as when a peer
+     * destroys its endpoint (UCS_ERR_ENDPOINT_TIMEOUT to the error
+     * handler, later requests refused). Nothing hangs and nothing stays
+     * held. */
+    ASSERT_EQ(UCS_OK, b_->connect(a_, b_iface_, &ab_));
+    ASSERT_NO_FATAL_FAILURE(send_checked(ab_, at_b_, 16, 64));
+    ASSERT_EQ(UCS_OK, b_->create_ep(b_iface_, a_, &ba_)); /* binds; no progress */
+    const uint64_t word = 1;
+    ASSERT_EQ(UCS_OK, uct_ep_am_short(ba_, kShareAm, 0, &word, sizeof(word)));
     uct_ep_destroy(ab_);
     ab_ = nullptr;
     const size_t before = errors_at_start_;
@@ -284,7 +312,6 @@ TEST_F(Sharing, ABindRacingThePeersCloseFailsCleanly)
         return false;
     })) << "B's endpoint did not fail";
     EXPECT_EQ(UCS_ERR_ENDPOINT_TIMEOUT, status) << ucs_status_string(status);
-    const uint64_t word = 1;
     EXPECT_NE(UCS_OK, uct_ep_am_short(ba_, kShareAm, 0, &word, sizeof(word)));
     errors_at_start_ = b_->ep_errors.size(); /* expected */
     uct_ep_destroy(ba_);

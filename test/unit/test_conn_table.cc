@@ -161,6 +161,35 @@ TEST(ConnTable, WithoutSharingNothingIsMatched)
     EXPECT_EQ(1u, r.count("resolve_addr"));
 }
 
+/* An endpoint that took the peer's connection, which the peer then closed
+ * (it went before it read our bound notice), connects again on its own
+ * (Endpoint::after_peer_closed): open() with share false makes a
+ * connection of its own that takes no pair number, and the peer's closed
+ * one goes when released. */
+TEST(ConnTable, AConnectionOfItsOwnTakesNoPairNumber)
+{
+    TableRig r;
+    r.request(1);
+    FakeUser user;
+    Connection &shared = r.table->open(user, r.peer(), 1);
+    ASSERT_FALSE(shared.active());
+    r.feed(shared, RDMA_CM_EVENT_ESTABLISHED);
+    r.feed(shared, RDMA_CM_EVENT_DISCONNECTED);
+    EXPECT_EQ(user.events, (std::vector<std::string>{"established", "closed"}));
+    Connection &own = r.table->open(user, r.peer(), 2, false);
+    EXPECT_TRUE(own.active());
+    EXPECT_EQ(0u, own.pair_sn()) << "the peer would match it to an endpoint";
+    EXPECT_EQ(1u, r.count("resolve_addr"));
+    r.table->release(shared);
+    EXPECT_EQ(1u, r.table->size()) << "the closed connection was kept";
+    /* the peer's next endpoint (pair 2) meets our next one */
+    r.request(2);
+    FakeUser next;
+    Connection &matched = r.table->open(next, r.peer(), 3);
+    EXPECT_FALSE(matched.active());
+    EXPECT_EQ(2u, matched.pair_sn());
+}
+
 TEST(ConnTable, OurConnectionClosesAtOnceWhenThePeerNeverSent)
 {
     TableRig r;
