@@ -116,7 +116,8 @@ public:
     ucs_status_t completion_error(ucs_status_t status, ibv_wc_status wc_status);
     /* the data path's QP: nullptr until the connection is established, then
      * fixed until the endpoint is destroyed (wireup::Connection never frees
-     * a published QP before that) */
+     * a published QP before that), unless the endpoint connects again with
+     * nothing in flight (after_peer_closed) */
     ibv_qp *qp() const { return (state() != State::Connecting) ? qp_ : nullptr; }
     /* whether this endpoint's data QP has number qp_num */
     bool has_qp(uint32_t qp_num) const
@@ -315,8 +316,9 @@ private:
     std::atomic<bool>   peer_closed_{false};
     /* the endpoint connects again after that (wireup lock) */
     bool                reconnecting_ = false;
-    /* written once, under the wireup lock, before state_ leaves Connecting
-     * (release); read by the data path after it sees that (acquire) */
+    /* written once per connection, under the wireup lock, before state_
+     * leaves Connecting (release); read by the data path after it sees that
+     * (acquire) */
     ibv_qp             *qp_ = nullptr;
     std::atomic<State>  state_{State::Connecting};
     ucs_status_t        fail_status_ = UCS_OK;
