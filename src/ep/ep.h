@@ -257,8 +257,9 @@ private:
     bool reaps_resources() const;
     /* sharing (main thread): the peer closed the connection it opened and
      * this endpoint took (on_closed). Having sent nothing but its bound
-     * notice, the endpoint connects again on its own; otherwise it fails. */
-    void after_peer_closed();
+     * notice, the endpoint connects again on its own; otherwise it fails.
+     * False while it waits for the notice's completion. */
+    bool after_peer_closed();
     /* completion_error's answer meanwhile (wireup lock held): the notice's
      * flush loses nothing; a request of ours fails the endpoint, as the
      * peer's close would have */

@@ -20,11 +20,8 @@ static uct_pending_req_t *pending_req(ucs_queue_elem_t *elem)
 unsigned Endpoint::dispatch()
 {
     unsigned count = 0;
-    if (ucs_unlikely(peer_closed_.load(std::memory_order_acquire))) {
-        after_peer_closed();
-        if (peer_closed_.load(std::memory_order_relaxed)) {
-            return 0; /* waits for its requests' completions */
-        }
+    if (ucs_unlikely(peer_closed_.load(std::memory_order_acquire)) && !after_peer_closed()) {
+        return 0; /* waits for the notice's completion */
     }
     if (state() == State::Connected) {
         /* requests made while connecting are older than any pending one */

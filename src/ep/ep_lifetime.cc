@@ -229,19 +229,19 @@ void Endpoint::on_closed(wireup::Connection &conn)
     schedule_progress();
 }
 
-void Endpoint::after_peer_closed()
+bool Endpoint::after_peer_closed()
 {
     iface::WireupGuard guard(*iface_);
     if (destroying_ || (state() != State::Connected)) {
         peer_closed_.store(false, std::memory_order_relaxed);
-        return;
+        return true;
     }
     const bool only_notice = (posted_sn_ == notice_sn_);
     if (only_notice && (outstanding() > 0) && conn_->qp_completes()) {
         /* the notice is in flight: the retired QP flushes it, and its
          * completion returns resources, after which dispatch() comes back */
         iface_->wait_for_resources(this);
-        return;
+        return false;
     }
     peer_closed_.store(false, std::memory_order_relaxed);
     if (!only_notice || (outstanding() > 0)) {
@@ -249,7 +249,7 @@ void Endpoint::after_peer_closed()
          * end with the endpoint's status): the peer's close ends it */
         fail_status_ = UCS_ERR_ENDPOINT_TIMEOUT;
         state_.store(State::Failed, std::memory_order_release);
-        return;
+        return true;
     }
     /* nothing but the notice went: the peer may have closed before it read
      * that we send. The endpoint connects again, with a connection of its
@@ -268,6 +268,7 @@ void Endpoint::after_peer_closed()
     }
     conn_ = &iface_->conns().open(*this, dst_, iface_->next_conn_id(), false);
     iface_->conns().release(old);
+    return true;
 }
 
 ucs_status_t Endpoint::peer_closed_error(ucs_status_t status, ibv_wc_status wc_status)

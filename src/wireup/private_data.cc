@@ -220,7 +220,8 @@ std::string to_string(const Hello &h)
            " credits " + std::to_string(h.credits) + " max_am " +
            std::to_string(h.max_am_size) +
            ((h.version == kHelloVersionShare) ?
-                    " v2" + std::string(h.share ? " share" : "") + std::string(h.sends ? " sends" : "") + " pair " +
+                    " v2" + std::string(h.share ? " share" : "") +
+                            std::string(h.sends ? " sends" : "") + " pair " +
                             std::to_string(h.pair_sn) + " from " + to_string(h.listener) :
                     std::string());
 }
