@@ -425,8 +425,9 @@ void Iface::create_pools(const Config &config)
     rx_queue_len_       = config.rx_queue_len;
     rx_max_bufs_        = (config.bare.rx_max_bufs < 0) ? SIZE_MAX : static_cast<size_t>(config.bare.rx_max_bufs);
     rx_batch_len_       = std::clamp(config.rx_queue_len / 8, 1u, kRxBatchMax);
+    init_rx_batch();
     for (size_t i = 0; i < rx_queue_len_; ++i) {
-        post_rx(rx_pool_->get());
+        post_rx(take_rx_buffer());
     }
     post_rx_batch();
 }

@@ -304,10 +304,20 @@ private:
      * Error (UCS_ERR_INVALID_PARAM) on invalid ones */
     void rx_layout(const uct_iface_params_t *params);
     uint8_t *rx_data(uint8_t *buf) const { return buf + rx_data_offset_; }
+    /* a buffer of the receive pool, with its release descriptor pointer
+     * (written here once: nothing else writes before the headroom, so the
+     * buffer keeps it through every repost); nullptr when the pool is empty */
+    uint8_t *take_rx_buffer();
+    /* the receive batch's requests, built once (create_pools): each repost
+     * writes only the buffer's address, its key and wr_id */
+    void init_rx_batch();
     /* into the shared receive queue, or back to the pool when it is full */
     void post_rx(uint8_t *buf);
     /* its body, inlined into the receive path */
     inline void post_rx_inl(uint8_t *buf);
+    /* post_rx_inl for a buffer that left the queue since the last post
+     * (rx_posted_ + rx_batched_ < rx_queue_len_ holds: no test for room) */
+    inline void repost_rx_inl(uint8_t *buf);
     /* posts the gathered buffers */
     void post_rx_batch();
     /* a descriptor was kept: another buffer (the pool grows) takes its place */
@@ -380,11 +390,17 @@ private:
     /* buffers to post, gathered so that one ibv_post_srq_recv posts
      * rx_batch_len_ of them (the queue holds at least rx_queue_len_ -
      * rx_batch_len_ + 1 meanwhile); one post per message cost more than the
-     * rest of the receive */
+     * rest of the receive. The first rx_batched_ of rx_wrs_ (a chain, each
+     * with its own entry of rx_sges_) are filled in. */
     static constexpr unsigned kRxBatchMax = 16;
     unsigned            rx_batch_len_ = 1;
     unsigned            rx_batched_   = 0;
-    uint8_t            *rx_batch_[kRxBatchMax] = {};
+    ibv_recv_wr         rx_wrs_[kRxBatchMax]  = {};
+    ibv_sge             rx_sges_[kRxBatchMax] = {};
+    /* the receive pool's key while it has one slab (rx_grown_ false; after
+     * it grows, each buffer's slab is looked up) */
+    uint32_t            rx_lkey_  = 0;
+    bool                rx_grown_ = false;
     /* after the pools: destroyed first, with receive buffers still posted */
     verbs::Srq          srq_;
     std::vector<TxOp>   ops_;

@@ -41,13 +41,45 @@ void Iface::rx_layout(const uct_iface_params_t *params)
     rx_data_offset_ = ((min_offset + align_offset + rx_align_ - 1) & ~(rx_align_ - 1)) - align_offset;
 }
 
+uint8_t *Iface::take_rx_buffer()
+{
+    uint8_t *buf = rx_pool_->get();
+    if (buf != nullptr) {
+        /* uct_iface_release_desc finds the release descriptor just before
+         * the descriptor (payload - headroom) */
+        *reinterpret_cast<uct_recv_desc_t **>(rx_data(buf) - rx_headroom_ - sizeof(void *)) =
+                &recv_desc_.super;
+    }
+    return buf;
+}
+
+void Iface::init_rx_batch()
+{
+    for (unsigned i = 0; i < kRxBatchMax; ++i) {
+        rx_sges_[i].length = static_cast<uint32_t>(seg_size_);
+        rx_wrs_[i].sg_list = &rx_sges_[i];
+        rx_wrs_[i].num_sge = 1;
+        rx_wrs_[i].next    = (i + 1 < kRxBatchMax) ? &rx_wrs_[i + 1] : nullptr;
+    }
+    rx_lkey_  = rx_pool_->lkey();
+    rx_grown_ = false;
+}
+
 UCS_F_ALWAYS_INLINE void Iface::post_rx_inl(uint8_t *buf)
 {
     if (ucs_unlikely(rx_posted_ + rx_batched_ >= rx_queue_len_)) {
         rx_pool_->put(buf); /* the queue is full: a spare for later */
         return;
     }
-    rx_batch_[rx_batched_++] = buf;
+    repost_rx_inl(buf);
+}
+
+UCS_F_ALWAYS_INLINE void Iface::repost_rx_inl(uint8_t *buf)
+{
+    const unsigned i   = rx_batched_++;
+    rx_wrs_[i].wr_id   = reinterpret_cast<uintptr_t>(buf);
+    rx_sges_[i].addr   = reinterpret_cast<uintptr_t>(rx_data(buf));
+    rx_sges_[i].lkey   = ucs_likely(!rx_grown_) ? rx_lkey_ : rx_pool_->lkey(buf);
     /* a queue that runs low (kept descriptors at UCX_XQP_RX_MAX_BUFS) gets
      * each buffer at once: a sender that waits on receiver-not-ready must
      * not wait for a batch to fill */
@@ -67,31 +99,19 @@ void Iface::post_rx_batch()
     if (n == 0) {
         return;
     }
-    ibv_sge sge[kRxBatchMax];
-    ibv_recv_wr wr[kRxBatchMax];
-    for (unsigned i = 0; i < n; ++i) {
-        uint8_t *buf = rx_batch_[i];
-        /* uct_iface_release_desc finds the release descriptor just before
-         * the descriptor (payload - headroom) */
-        *reinterpret_cast<uct_recv_desc_t **>(rx_data(buf) - rx_headroom_ - sizeof(void *)) =
-                &recv_desc_.super;
-        sge[i].addr    = reinterpret_cast<uintptr_t>(rx_data(buf));
-        sge[i].length  = static_cast<uint32_t>(seg_size_);
-        sge[i].lkey    = rx_pool_->lkey(buf);
-        wr[i].wr_id    = reinterpret_cast<uintptr_t>(buf);
-        wr[i].next     = (i + 1 < n) ? &wr[i + 1] : nullptr;
-        wr[i].sg_list  = &sge[i];
-        wr[i].num_sge  = 1;
-    }
-    rx_batched_      = 0;
-    ibv_recv_wr *bad = nullptr;
-    const int ret    = ibv_post_srq_recv(srq_.get(), wr, &bad);
-    if (ret != 0) {
+    rx_batched_ = 0;
+    /* the chain ends at the n-th request for this post */
+    ibv_recv_wr *last = &rx_wrs_[n - 1];
+    last->next        = nullptr;
+    ibv_recv_wr *bad  = nullptr;
+    const int ret     = ibv_post_srq_recv(srq_.get(), rx_wrs_, &bad);
+    last->next        = (n < kRxBatchMax) ? &rx_wrs_[n] : nullptr;
+    if (ucs_unlikely(ret != 0)) {
         ucs_error("xqp: %s: ibv_post_srq_recv: %s", resource_name_.c_str(), strerror(ret));
         /* those before bad are posted; bad and those after it are not */
-        const unsigned first = (bad != nullptr) ? static_cast<unsigned>(bad - wr) : 0;
+        const unsigned first = (bad != nullptr) ? static_cast<unsigned>(bad - rx_wrs_) : 0;
         for (unsigned i = first; i < n; ++i) {
-            rx_pool_->put(rx_batch_[i]);
+            rx_pool_->put(reinterpret_cast<uint8_t *>(rx_wrs_[i].wr_id));
         }
         rx_posted_ += first;
         return;
@@ -101,14 +121,15 @@ void Iface::post_rx_batch()
 
 void Iface::replace_kept_rx()
 {
-    uint8_t *buf = rx_pool_->get();
+    uint8_t *buf = take_rx_buffer();
     if (buf == nullptr) {
         /* at UCX_XQP_RX_MAX_BUFS the queue holds one fewer until the
          * descriptor comes back */
         const size_t room = rx_max_bufs_ - std::min(rx_max_bufs_, rx_pool_->count());
         const size_t more = std::min(room, std::max<size_t>(64, rx_queue_len_ / 4));
         if ((more > 0) && rx_pool_->grow(more)) {
-            buf = rx_pool_->get();
+            rx_grown_ = true; /* buffers of more than one slab: keys differ */
+            buf       = take_rx_buffer();
         }
     }
     if (buf != nullptr) {
@@ -138,7 +159,8 @@ UCS_F_ALWAYS_INLINE void Iface::handle_recv_completion_inl(const ibv_wc &wc)
     const ucs_status_t status = uct_iface_invoke_am(&handle_.super, static_cast<uint8_t>(am_id),
                                                     data, wc.byte_len, UCT_CB_PARAM_FLAG_DESC);
     if (ucs_likely(status == UCS_OK)) {
-        post_rx_inl(buf);
+        /* the buffer just left the queue: there is room for it */
+        repost_rx_inl(buf);
         return;
     }
     /* UCS_INPROGRESS: the handler kept the descriptor (UCP does for every
