@@ -1,5 +1,5 @@
 /*
- * The test bed the data-path gtests share (datapath_test.cc, threads_test.cc): one
+ * The test bed the data-path gtests share (datapath_*_test.cc, threads_test.cc): one
  * memory domain, one worker, two interfaces on "<dev>:1" (a sender and a
  * receiver) and an endpoint from the sender to the receiver, connected
  * through rdma_cm, set up once per process; registered regions, completion
