@@ -52,6 +52,8 @@ void BufferPool::add_slab(size_t count)
         throw_errno("ibv_reg_mr for " + name_, err);
     }
     slabs_.push_back(s);
+    first_lkey_ = slabs_.front().mr->lkey;
+    grown_      = slabs_.size() > 1;
     const size_t nfree = available();
     count_ += count;
     free_.resize(count_);

@@ -46,10 +46,14 @@ public:
     bool grow(size_t count);
 
     /* the first slab's key (a pool that never grows has only that one) */
-    uint32_t lkey() const { return slabs_.front().mr->lkey; }
-    /* the key of the slab that holds buf */
+    uint32_t lkey() const { return first_lkey_; }
+    /* the key of the slab that holds buf (a buffer of this pool): the first
+     * slab's until the pool grows, then looked up */
     uint32_t lkey(const uint8_t *buf) const
     {
+        if (__builtin_expect(!grown_, 1)) {
+            return first_lkey_;
+        }
         for (const auto &s : slabs_) {
             if ((buf >= s.base) && (buf < s.base + s.length)) {
                 return s.mr->lkey;
@@ -81,6 +85,10 @@ private:
     std::vector<unsigned> numa_nodes_;
     std::string           name_;
     std::vector<Slab>     slabs_;
+    /* slabs_.front().mr->lkey, and whether slabs_ holds more than one (set
+     * by add_slab: lkey(buf)'s test on the receive path) */
+    uint32_t              first_lkey_ = 0;
+    bool                  grown_      = false;
     /* the free buffers: a stack of room count_ (free_), top_ above the
      * last one; the last one put is the next one got */
     std::vector<uint8_t *> free_;

@@ -397,10 +397,6 @@ private:
     unsigned            rx_batched_   = 0;
     ibv_recv_wr         rx_wrs_[kRxBatchMax]  = {};
     ibv_sge             rx_sges_[kRxBatchMax] = {};
-    /* the receive pool's key while it has one slab (rx_grown_ false; after
-     * it grows, each buffer's slab is looked up) */
-    uint32_t            rx_lkey_  = 0;
-    bool                rx_grown_ = false;
     /* after the pools: destroyed first, with receive buffers still posted */
     verbs::Srq          srq_;
     std::vector<TxOp>   ops_;

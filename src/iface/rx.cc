@@ -61,8 +61,6 @@ void Iface::init_rx_batch()
         rx_wrs_[i].num_sge = 1;
         rx_wrs_[i].next    = (i + 1 < kRxBatchMax) ? &rx_wrs_[i + 1] : nullptr;
     }
-    rx_lkey_  = rx_pool_->lkey();
-    rx_grown_ = false;
 }
 
 UCS_F_ALWAYS_INLINE void Iface::post_rx_inl(uint8_t *buf)
@@ -79,7 +77,7 @@ UCS_F_ALWAYS_INLINE void Iface::repost_rx_inl(uint8_t *buf)
     const unsigned i   = rx_batched_++;
     rx_wrs_[i].wr_id   = reinterpret_cast<uintptr_t>(buf);
     rx_sges_[i].addr   = reinterpret_cast<uintptr_t>(rx_data(buf));
-    rx_sges_[i].lkey   = ucs_likely(!rx_grown_) ? rx_lkey_ : rx_pool_->lkey(buf);
+    rx_sges_[i].lkey   = rx_pool_->lkey(buf);
     /* a queue that runs low (kept descriptors at UCX_XQP_RX_MAX_BUFS) gets
      * each buffer at once: a sender that waits on receiver-not-ready must
      * not wait for a batch to fill */
@@ -128,8 +126,7 @@ void Iface::replace_kept_rx()
         const size_t room = rx_max_bufs_ - std::min(rx_max_bufs_, rx_pool_->count());
         const size_t more = std::min(room, std::max<size_t>(64, rx_queue_len_ / 4));
         if ((more > 0) && rx_pool_->grow(more)) {
-            rx_grown_ = true; /* buffers of more than one slab: keys differ */
-            buf       = take_rx_buffer();
+            buf = take_rx_buffer();
         }
     }
     if (buf != nullptr) {
