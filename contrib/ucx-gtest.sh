@@ -45,6 +45,13 @@
 #   XQP_UCX_GTEST_TLS      transports to run (default: "xqp rc_verbs")
 #   XQP_UCX_GTEST_OUT      where the logs go (default: CACHE/runs/DATE)
 #   XQP_UCX_GTEST_TIMEOUT  limit in seconds for one gtest process (default: 900)
+#   XQP_UCX_GTEST_STALL    a gtest process that prints nothing for this many
+#                          seconds hangs (default: 0, only the limit above)
+#   XQP_UCX_GTEST_GDB      a gdb command file run on a hung process after
+#                          every thread's backtrace (both go to
+#                          TRANSPORT.GROUP.hangROUND in the log directory;
+#                          default: contrib/gdb/xqp-state.gdb, which prints
+#                          xqp's interfaces and endpoints; empty: none)
 #   XQP_UCX_GTEST_ARGS     extra gtest arguments (e.g. --gtest_repeat=5)
 #   XQP_UCX_GTEST_BUILD_ONLY=1  build (or check the cache) and stop
 #   XQP_PLUGIN             plugin to load (default: BUILD_DIR/.libs/libuct_xqp.so.0)
@@ -292,6 +299,35 @@ export UCX_UD_VERBS_ETH_DGID_CHECK=n
 [ "$G_LOAD" = preload ] && export LD_PRELOAD=$G_PLUGIN
 read -r -a gargs <<<"${G_ARGS:-}"
 
+# run_gtest DUMP ARGS...: the gtest, its output appended to cur.log. A
+# process that runs past G_TIMEOUT, or prints nothing for G_STALL seconds
+# (0: no such limit), hangs: gdb writes every thread's backtrace (bt full)
+# and, with G_GDB, that file's commands into DUMP, then it is killed and the
+# status is 124. Otherwise the gtest's own status.
+run_gtest() {
+    local dump=$1 pid rc=0 start=$SECONDS size last=-1 still=$SECONDS
+    shift
+    "$G_GTEST" "$@" >>"$G_OUT/cur.log" 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 5
+        size=$(stat -c %s "$G_OUT/cur.log" 2>/dev/null) || size=0
+        [ "$size" != "$last" ] && { last=$size still=$SECONDS; }
+        if [ $((SECONDS - start)) -ge "$G_TIMEOUT" ] ||
+           { [ "${G_STALL:-0}" -gt 0 ] && [ $((SECONDS - still)) -ge "$G_STALL" ]; }; then
+            printf 'xqp: hang: %s s in all, %s s without output; gdb dump in %s\n' \
+                $((SECONDS - start)) $((SECONDS - still)) "${dump##*/}" >>"$G_OUT/cur.log"
+            timeout -k 10 600 gdb -p "$pid" -batch -nx -ex 'set pagination off' \
+                -ex 'thread apply all bt full' ${G_GDB:+-x "$G_GDB"} >"$dump" 2>&1 </dev/null
+            kill -9 "$pid" 2>/dev/null
+            wait "$pid" 2>/dev/null
+            return 124
+        fi
+    done
+    wait "$pid" || rc=$?
+    return "$rc"
+}
+
 for tl in $G_TLS; do
     case $tl in
         rc_verbs) uct=rc_verbs ucp=rc ;;
@@ -323,8 +359,8 @@ for tl in $G_TLS; do
             round=$((round + 1))
             printf '==== %s %s round %d filter %s%s\n' "$tl" "$group" "$round" "$filter" "${skip:+-$skip}" >>"$log"
             rc=0
-            timeout -k 10 "$G_TIMEOUT" "$G_GTEST" --gtest_filter="$filter${skip:+-$skip}" \
-                --gtest_color=no "${gargs[@]}" >>"$G_OUT/cur.log" 2>&1 || rc=$?
+            run_gtest "$G_OUT/$tl.$group.hang$round" --gtest_filter="$filter${skip:+-$skip}" \
+                --gtest_color=no "${gargs[@]}" || rc=$?
             # results of this round: OK/FAILED lines; the test that was
             # running when the process ended without its summary
             # UCX's own skips (UCS_TEST_SKIP_R and the like) print a
@@ -370,6 +406,9 @@ done
 EOF
 chmod +x "$OUT/guest.sh"
 
+GDB_FILE=${XQP_UCX_GTEST_GDB-$SRC/contrib/gdb/xqp-state.gdb}
+[ -z "$GDB_FILE" ] || GDB_FILE=$(readlink -f -- "$GDB_FILE")
+
 log "running in the testbed (logs: $OUT)"
 vm_rc=0
 (
@@ -379,7 +418,8 @@ vm_rc=0
     echo "$G_IB_ONLY" >"$OUT/ib-only" # for ucx-gtest-compare.sh
     export G_IB_ONLY
     export G_OUT=$OUT G_PREFIX=$UCX_PREFIX G_PLUGIN=$PLUGIN G_LOAD=$LOAD G_TLS=$TLS G_GROUPS=$GROUPS_FILE \
-           G_GTEST=$GTEST_BIN G_TIMEOUT=${XQP_UCX_GTEST_TIMEOUT:-900} G_ARGS=${XQP_UCX_GTEST_ARGS:-}
+           G_GTEST=$GTEST_BIN G_TIMEOUT=${XQP_UCX_GTEST_TIMEOUT:-900} G_ARGS=${XQP_UCX_GTEST_ARGS:-} \
+           G_STALL=${XQP_UCX_GTEST_STALL:-0} G_GDB=$GDB_FILE
     export XQP_VM_TIMEOUT=${XQP_VM_TIMEOUT:-7200}
     unset LD_PRELOAD LD_LIBRARY_PATH
     "$SRC/contrib/testbed/xqp-vm" "$OUT/guest.sh"
