@@ -153,7 +153,7 @@ public:
     /* the peer deadline (Iface::watch_peers, main thread): requests in
      * flight that saw no completion for timeout fail the endpoint with
      * UCS_ERR_ENDPOINT_TIMEOUT */
-    void watch(ucs_time_t now, ucs_time_t timeout);
+    void watch(ucs_time_t now, ucs_time_t timeout, bool restart);
 
     /* iface::ConnUser (called with the wireup lock held) */
     void on_established(wireup::Connection &conn) override;

@@ -289,13 +289,13 @@ ucs_status_t Endpoint::peer_closed_error(ucs_status_t status, ibv_wc_status wc_s
 /* the peer deadline's floor on a live link's rate, in bytes per second */
 constexpr double kMinPeerRate = 1024.0 * 1024.0;
 
-void Endpoint::watch(ucs_time_t now, ucs_time_t timeout)
+void Endpoint::watch(ucs_time_t now, ucs_time_t timeout, bool restart)
 {
     if ((state() != State::Connected) || (outstanding() == 0)) {
         watch_since_ = 0;
         return;
     }
-    if ((watch_since_ == 0) || (completed_sn_ != watch_sn_)) {
+    if ((watch_since_ == 0) || (completed_sn_ != watch_sn_) || restart) {
         watch_sn_    = completed_sn_; /* a completion since the last look */
         watch_since_ = now;
         return;

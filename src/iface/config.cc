@@ -85,7 +85,9 @@ ucs_config_field_t config_table[] = {
      "stopped taking messages (its receive queue stays empty). A request that\n"
      "needs no completion gets a probe behind it, so that a live peer always\n"
      "answers. The failure is seen within 1.5 times this, from the progress of\n"
-     "the interface (or its event fd). 0 or inf: no deadline, as UCX's rc\n"
+     "the interface (or its event fd). Only time the interface is progressed\n"
+     "counts: after more than half of this without progress, the count starts\n"
+     "over. 0 or inf: no deadline, as UCX's rc\n"
      "transports with an unlimited RNR retry count.",
      ucs_offsetof(Config, peer_timeout), UCS_CONFIG_TYPE_TIME},
 

@@ -436,6 +436,7 @@ private:
     ucs_time_t          peer_timeout_ = 0;
     ucs_time_t          watch_period_ = 0;
     ucs_time_t          next_watch_   = 0;
+    ucs_time_t          last_watch_call_ = 0; /* watch_peers(), throttled or not */
     unsigned            idle_polls_left_ = kWatchPolls;
     /* progress: calls that find receives and may still leave the send CQ
      * to the next call */

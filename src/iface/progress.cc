@@ -219,13 +219,21 @@ void Iface::watch_peers()
         return;
     }
     const ucs_time_t now = ucs_get_time();
-    if (now < next_watch_) {
+    /* the deadline counts only time the interface was progressed: after a
+     * gap of more than half of it (the application computed, or the host
+     * stalled) every endpoint's count starts over. Else an endpoint whose
+     * count began at the last look before the gap, with requests that need
+     * no completion, would fail at the first look after it: no look was
+     * left to post the probe its live peer answers. */
+    const bool resumed = (now - last_watch_call_) > (peer_timeout_ / 2);
+    last_watch_call_   = now;
+    if (!resumed && (now < next_watch_)) {
         return;
     }
     next_watch_ = now + watch_period_;
     /* an endpoint that times out only schedules its error handler */
     for (auto *ep : eps_) {
-        ep->watch(now, peer_timeout_);
+        ep->watch(now, peer_timeout_, resumed);
     }
 }
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -196,6 +197,43 @@ TEST_F(PeerTimeout, RequestsWithoutCompletionDoNotTripIt)
     b_->spin(4 * kPeerTimeout);
     EXPECT_EQ(errors_at_start_, b_->ep_errors.size())
             << "an idle endpoint whose last requests needed no completion timed out";
+    EXPECT_EQ(UCS_OK, b_->flush(ep_));
+    for (uint64_t k = 0; k < 3; ++k) {
+        uint64_t got = ~0ull;
+        std::memcpy(&got, remote.ptr(8 * k), sizeof(got));
+        EXPECT_EQ(k, got) << "word " << k;
+    }
+}
+
+/* An application that does not progress for longer than the deadline (it
+ * computes, or the host stalls) finds its endpoint to a live peer intact
+ * when it comes back. Here the one look before the gap begins the count
+ * for requests that need no completion (put_short), and the gap leaves no
+ * look to send the probe behind them. Before, the first look after the gap
+ * failed the endpoint, silently for UCP without error handling, whose
+ * receives then waited forever (a suspect of #38's tag hang). */
+TEST_F(PeerTimeout, AGapInProgressIsNotAFailure)
+{
+    ASSERT_EQ(UCS_OK, b_->open_iface_with(kRxHeadroom,
+                                          {{"PEER_TIMEOUT", std::to_string(kPeerTimeout)}},
+                                          &tx_));
+    ASSERT_EQ(UCS_OK, b_->connect(tx_, b_->receiver, &ep_));
+    Region remote(*b_, 64);
+    ASSERT_EQ(UCS_OK, remote.status());
+    /* no progress for a quarter of the deadline: the next look is due */
+    std::this_thread::sleep_for(std::chrono::duration<double>(kPeerTimeout / 3));
+    for (uint64_t k = 0; k < 3; ++k) {
+        ASSERT_EQ(UCS_OK, uct_ep_put_short(ep_, &k, sizeof(k), remote.addr(8 * k),
+                                           remote.rkey()));
+    }
+    /* a few idle polls: one look, well within the deadline's quarter */
+    for (int i = 0; i < 4 * 64; ++i) {
+        uct_iface_progress(tx_);
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(2 * kPeerTimeout));
+    b_->spin(2 * kPeerTimeout);
+    EXPECT_EQ(errors_at_start_, b_->ep_errors.size())
+            << "an endpoint to a live peer failed after a gap in progress";
     EXPECT_EQ(UCS_OK, b_->flush(ep_));
     for (uint64_t k = 0; k < 3; ++k) {
         uint64_t got = ~0ull;
