@@ -81,6 +81,35 @@ protected:
         errors_at_start_ = b_->ep_errors.size();
     }
 
+    /* tx (with the deadline) connected to the bed's receiver */
+    void open_to_receiver()
+    {
+        ASSERT_EQ(UCS_OK, b_->open_iface_with(kRxHeadroom,
+                                              {{"PEER_TIMEOUT", std::to_string(kPeerTimeout)}},
+                                              &tx_));
+        ASSERT_EQ(UCS_OK, b_->connect(tx_, b_->receiver, &ep_));
+    }
+
+    /* words 0..kWords-1 by put_short, which is signaled only every so many
+     * requests: these need no completion */
+    void put_words(const Region &remote)
+    {
+        for (uint64_t k = 0; k < kWords; ++k) {
+            ASSERT_EQ(UCS_OK, uct_ep_put_short(ep_, &k, sizeof(k), remote.addr(8 * k),
+                                               remote.rkey()));
+        }
+    }
+
+    void expect_words(const Region &remote)
+    {
+        for (uint64_t k = 0; k < kWords; ++k) {
+            uint64_t got = ~0ull;
+            std::memcpy(&got, remote.ptr(8 * k), sizeof(got));
+            EXPECT_EQ(k, got) << "word " << k;
+        }
+    }
+
+    static constexpr uint64_t kWords = 3;
     static constexpr size_t kRxMax  = 16;
     static constexpr size_t kBeyond = 8;
     uct_iface_h tx_ = nullptr;
@@ -184,25 +213,15 @@ TEST_F(PeerTimeout, AnIdleInterfaceSleepsUndisturbed)
  * many) do not make a live, idle peer look dead: a probe goes behind them. */
 TEST_F(PeerTimeout, RequestsWithoutCompletionDoNotTripIt)
 {
-    ASSERT_EQ(UCS_OK, b_->open_iface_with(kRxHeadroom,
-                                          {{"PEER_TIMEOUT", std::to_string(kPeerTimeout)}},
-                                          &tx_));
-    ASSERT_EQ(UCS_OK, b_->connect(tx_, b_->receiver, &ep_));
-    Region remote(*b_, 64);
+    ASSERT_NO_FATAL_FAILURE(open_to_receiver());
+    Region remote(*b_, 8 * kWords);
     ASSERT_EQ(UCS_OK, remote.status());
-    for (uint64_t k = 0; k < 3; ++k) {
-        ASSERT_EQ(UCS_OK, uct_ep_put_short(ep_, &k, sizeof(k), remote.addr(8 * k),
-                                           remote.rkey()));
-    }
+    ASSERT_NO_FATAL_FAILURE(put_words(remote));
     b_->spin(4 * kPeerTimeout);
     EXPECT_EQ(errors_at_start_, b_->ep_errors.size())
             << "an idle endpoint whose last requests needed no completion timed out";
     EXPECT_EQ(UCS_OK, b_->flush(ep_));
-    for (uint64_t k = 0; k < 3; ++k) {
-        uint64_t got = ~0ull;
-        std::memcpy(&got, remote.ptr(8 * k), sizeof(got));
-        EXPECT_EQ(k, got) << "word " << k;
-    }
+    expect_words(remote);
 }
 
 /* An application that does not progress for longer than the deadline (it
@@ -214,18 +233,12 @@ TEST_F(PeerTimeout, RequestsWithoutCompletionDoNotTripIt)
  * receives then waited forever (a suspect of #38's tag hang). */
 TEST_F(PeerTimeout, AGapInProgressIsNotAFailure)
 {
-    ASSERT_EQ(UCS_OK, b_->open_iface_with(kRxHeadroom,
-                                          {{"PEER_TIMEOUT", std::to_string(kPeerTimeout)}},
-                                          &tx_));
-    ASSERT_EQ(UCS_OK, b_->connect(tx_, b_->receiver, &ep_));
-    Region remote(*b_, 64);
+    ASSERT_NO_FATAL_FAILURE(open_to_receiver());
+    Region remote(*b_, 8 * kWords);
     ASSERT_EQ(UCS_OK, remote.status());
     /* no progress for a quarter of the deadline: the next look is due */
     std::this_thread::sleep_for(std::chrono::duration<double>(kPeerTimeout / 3));
-    for (uint64_t k = 0; k < 3; ++k) {
-        ASSERT_EQ(UCS_OK, uct_ep_put_short(ep_, &k, sizeof(k), remote.addr(8 * k),
-                                           remote.rkey()));
-    }
+    ASSERT_NO_FATAL_FAILURE(put_words(remote));
     /* a few idle polls: one look, well within the deadline's quarter */
     for (int i = 0; i < 4 * 64; ++i) {
         uct_iface_progress(tx_);
@@ -235,11 +248,7 @@ TEST_F(PeerTimeout, AGapInProgressIsNotAFailure)
     EXPECT_EQ(errors_at_start_, b_->ep_errors.size())
             << "an endpoint to a live peer failed after a gap in progress";
     EXPECT_EQ(UCS_OK, b_->flush(ep_));
-    for (uint64_t k = 0; k < 3; ++k) {
-        uint64_t got = ~0ull;
-        std::memcpy(&got, remote.ptr(8 * k), sizeof(got));
-        EXPECT_EQ(k, got) << "word " << k;
-    }
+    expect_words(remote);
 }
 
 /* Bad values are errors naming the variable. */
