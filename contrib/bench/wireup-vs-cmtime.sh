@@ -7,10 +7,10 @@
 # ECE steps), with connection sharing on (UCX_XQP_SHARE=y, the default) and
 # off. Prints each, connections per second and the ratios to cmtime (goal,
 # #36: xqp with sharing <= 1.0 x cmtime, and no slower than without it).
-# cmtime's QPs hold one send request; xqp's hold UCX_XQP_TX_QUEUE_LEN (256),
-# and on rxe creating one costs about five times as much (the kernel clears
-# the send queue's pages: 256 KiB for 256 requests of 8 SGEs or 128 B
-# inline, as rc_verbs' shape has, against 4 KiB). So xqp also runs with
+# cmtime's QPs hold one send request; xqp's hold UCX_XQP_TX_QUEUE_LEN (255),
+# and on rxe creating one costs several times as much (the kernel clears
+# the send queue's pages: 128 KiB for 255 requests of 8 SGEs or 128 B
+# inline, 256 slots of 512 B, against 4 KiB). So xqp also runs with
 # sharing on and UCX_XQP_TX_QUEUE_LEN=1, cmtime's depth: that ratio is
 # the wireup's own cost, the other the real QPs'. In those runs only one
 # side creates endpoints; in UCP and MPI both do, which is what sharing is

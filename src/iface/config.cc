@@ -103,8 +103,10 @@ ucs_config_field_t config_table[] = {
      "0: no limit.",
      ucs_offsetof(Config, connect_window), UCS_CONFIG_TYPE_UINT},
 
-    {"TX_QUEUE_LEN", "256",
-     "Send queue length of each data QP.",
+    {"TX_QUEUE_LEN", "255",
+     "Send queue length of each data QP. One less than a power of two: a\n"
+     "provider that keeps one slot free (rxe) rounds 256 up to 512 slots, which\n"
+     "the kernel allocates and clears for each connection.",
      ucs_offsetof(Config, tx_queue_len), UCS_CONFIG_TYPE_UINT},
 
     {"RX_QUEUE_LEN", "1024",

@@ -1,7 +1,7 @@
 /*
  * What the data-path tests share beyond the test bed (bed.h): the state of
- * an endpoint's connection, and a wait for a disconnect that runs no
- * progress. The data path's concerns, one file each:
+ * an endpoint's connection, a wait for a disconnect that runs no progress,
+ * and an endpoint whose peer closed before any progress. The data path's concerns, one file each:
  *   datapath_rma_test.cc      RMA (and the gtest environment that tears the
  *                             bed down at exit, registered there once)
  *   datapath_am_test.cc       active messages
@@ -49,6 +49,19 @@ inline bool disconnected_without_progress(std::initializer_list<uct_ep_h> eps)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return !any_up();
+}
+
+/* e: an endpoint of the sender to an interface that then closed, whose
+ * disconnect the async thread has seen, with no progress since: its error
+ * handler has not run (b's errors still number errors_at_start) */
+inline void connect_to_closed_iface(Bed *b, size_t errors_at_start, uct_ep_h *e)
+{
+    uct_iface_h gone = nullptr;
+    ASSERT_EQ(UCS_OK, b->open_iface(kRxHeadroom, nullptr, &gone));
+    ASSERT_EQ(UCS_OK, b->connect(b->sender, gone, e));
+    uct_iface_close(gone); /* disconnects its side */
+    ASSERT_TRUE(disconnected_without_progress({*e})) << "the disconnect never arrived";
+    ASSERT_EQ(errors_at_start, b->ep_errors.size()) << "the handler runs from progress";
 }
 
 } // namespace xqp_test
