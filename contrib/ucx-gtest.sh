@@ -317,8 +317,12 @@ run_gtest() {
            { [ "${G_STALL:-0}" -gt 0 ] && [ $((SECONDS - still)) -ge "$G_STALL" ]; }; then
             printf 'xqp: hang: %s s in all, %s s without output; gdb dump in %s\n' \
                 $((SECONDS - start)) $((SECONDS - still)) "${dump##*/}" >>"$G_OUT/cur.log"
-            timeout -k 10 600 gdb -p "$pid" -batch -nx -ex 'set pagination off' \
-                -ex 'thread apply all bt full' ${G_GDB:+-x "$G_GDB"} >"$dump" 2>&1 </dev/null
+            # the command file may wait for a progress call of an xqp
+            # interface: a process that never makes one is itself a finding
+            timeout -k 10 300 gdb -p "$pid" -batch -nx -ex 'set pagination off' \
+                -ex 'thread apply all bt full' ${G_GDB:+-x "$G_GDB"} >"$dump" 2>&1 </dev/null ||
+                printf '\nxqp: gdb stopped after 300 s%s\n' \
+                    "${G_GDB:+ (waiting in ${G_GDB##*/}: no xqp interface was progressed meanwhile?)}" >>"$dump"
             kill -9 "$pid" 2>/dev/null
             wait "$pid" 2>/dev/null
             return 124
