@@ -320,7 +320,8 @@ run_gtest() {
             # the command file may wait for a progress call of an xqp
             # interface: a process that never makes one is itself a finding
             timeout -k 10 300 gdb -p "$pid" -batch -nx -ex 'set pagination off' \
-                -ex 'thread apply all bt full' ${G_GDB:+-x "$G_GDB"} >"$dump" 2>&1 </dev/null ||
+                -ex 'thread apply all bt full' ${G_GDB:+-x "$G_GDB"} >"$dump" 2>&1 </dev/null
+            [ $? -ne 124 ] ||
                 printf '\nxqp: gdb stopped after 300 s%s\n' \
                     "${G_GDB:+ (waiting in ${G_GDB##*/}: no xqp interface was progressed meanwhile?)}" >>"$dump"
             kill -9 "$pid" 2>/dev/null
