@@ -305,7 +305,7 @@ read -r -a gargs <<<"${G_ARGS:-}"
 # and, with G_GDB, that file's commands into DUMP, then it is killed and the
 # status is 124. Otherwise the gtest's own status.
 run_gtest() {
-    local dump=$1 pid rc=0 start=$SECONDS size last=-1 still=$SECONDS
+    local dump=$1 pid rc=0 start=$SECONDS size last=-1 still=$SECONDS gdb_limit=300
     shift
     "$G_GTEST" "$@" >>"$G_OUT/cur.log" 2>&1 &
     pid=$!
@@ -319,10 +319,10 @@ run_gtest() {
                 $((SECONDS - start)) $((SECONDS - still)) "${dump##*/}" >>"$G_OUT/cur.log"
             # the command file may wait for a progress call of an xqp
             # interface: a process that never makes one is itself a finding
-            timeout -k 10 300 gdb -p "$pid" -batch -nx -ex 'set pagination off' \
+            timeout -k 10 "$gdb_limit" gdb -p "$pid" -batch -nx -ex 'set pagination off' \
                 -ex 'thread apply all bt full' ${G_GDB:+-x "$G_GDB"} >"$dump" 2>&1 </dev/null
             [ $? -ne 124 ] ||
-                printf '\nxqp: gdb stopped after 300 s%s\n' \
+                printf '\nxqp: gdb stopped after %s s%s\n' "$gdb_limit" \
                     "${G_GDB:+ (waiting in ${G_GDB##*/}: no xqp interface was progressed meanwhile?)}" >>"$dump"
             kill -9 "$pid" 2>/dev/null
             wait "$pid" 2>/dev/null

@@ -152,7 +152,8 @@ public:
     void check_timeout(double now);
     /* the peer deadline (Iface::watch_peers, main thread): requests in
      * flight that saw no completion for timeout fail the endpoint with
-     * UCS_ERR_ENDPOINT_TIMEOUT */
+     * UCS_ERR_ENDPOINT_TIMEOUT; restart: the interface was not progressed
+     * for a while, the count begins again at now */
     void watch(ucs_time_t now, ucs_time_t timeout, bool restart);
 
     /* iface::ConnUser (called with the wireup lock held) */

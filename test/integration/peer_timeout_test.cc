@@ -236,10 +236,12 @@ TEST_F(PeerTimeout, AGapInProgressIsNotAFailure)
     ASSERT_NO_FATAL_FAILURE(open_to_receiver());
     Region remote(*b_, 8 * kWords);
     ASSERT_EQ(UCS_OK, remote.status());
-    /* no progress for a quarter of the deadline: the next look is due */
+    /* no progress for longer than the looks' period (a quarter of the
+     * deadline): the next look is due */
     std::this_thread::sleep_for(std::chrono::duration<double>(kPeerTimeout / 3));
     ASSERT_NO_FATAL_FAILURE(put_words(remote));
-    /* a few idle polls: one look, well within the deadline's quarter */
+    /* 4 x 64 idle polls (a look every 64, at most one per period): one
+     * look, well within the period */
     for (int i = 0; i < 4 * 64; ++i) {
         uct_iface_progress(tx_);
     }
